@@ -1,0 +1,1 @@
+"""The engine: plain Python, no textual/rich/plotext. Also the Python API."""

@@ -1,0 +1,100 @@
+"""The event stream: the only contract between the engine and its faces (TUI, headless, API).
+
+Events are frozen dataclasses, produced by the driver and probe threads and consumed in order from
+`Sweep.events()`. Tests feed the faces recorded or fake streams of these same objects.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.results import MachineInfo, SweepResult, TrialResult
+
+
+@dataclass(frozen=True)
+class SweepStarted:
+    run_dir: str
+    machine: MachineInfo
+    settings: Settings
+    planned: tuple[TrialConfig, ...]
+    previous: SweepResult | None = None  # the run this one is compared with (a rerun)
+
+
+@dataclass(frozen=True)
+class TrialStarted:
+    index: int  # 0-based position in this sweep
+    total: int  # trials planned so far (adaptive searches may add more)
+    config: TrialConfig
+    pid: int  # the trial's main process (the training loop's stand-in)
+    worker_pids: tuple[int, ...]
+    first_batch_s: float  # time from iter(loader) to the first batch: start-up, reported apart
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """One measured block of batches (after the start-up buffer was skipped)."""
+
+    index: int
+    block: int
+    batches_per_s: float
+    samples_per_s: float
+    stall_fraction: float  # over the measured blocks so far
+    elapsed_s: float  # since the trial started
+    spread: float | None  # IQR/median of the recent blocks, None until enough blocks
+
+
+@dataclass(frozen=True)
+class WorkerSample:
+    pid: int
+    rss_mb: float
+    cpu_percent: float
+    uss_mb: float | None  # refreshed at most every 2 s (memory_full_info is costly); last known value
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    index: int
+    util_percent: float
+    mem_used_mb: float
+
+
+@dataclass(frozen=True)
+class ProbeSample:
+    """One tick of the probes thread. `index` is the running trial, None between trials."""
+
+    index: int | None
+    t: float  # seconds since the sweep started
+    workers: tuple[WorkerSample, ...]
+    main_rss_mb: float | None
+    main_cpu_percent: float | None
+    total_pss_mb: float | None  # main + workers, last known
+    rss_mb: float | None  # main + workers, includes shared pages
+    cpu_percent: float  # main + workers, percent of one CPU
+    mem_available_mb: float
+    cgroup_mem_headroom_mb: float | None
+    shm_free_mb: float | None
+    gpus: tuple[GpuSample, ...] = ()
+    gpu_unavailable: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialFinished:
+    result: TrialResult
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Something the user should read: a warning about the run, not about one number."""
+
+    level: str  # "info" | "warning" | "error"
+    message: str
+    index: int | None = None
+
+
+@dataclass(frozen=True)
+class SweepFinished:
+    result: SweepResult  # has knee and recommendation; `interrupted` when stopped early
+
+
+Event = SweepStarted | TrialStarted | TrialProgress | ProbeSample | TrialFinished | Notice | SweepFinished

@@ -1,0 +1,155 @@
+"""Result records: one per trial, one per sweep. `SweepResult.to_dict()` is the JSON export."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from loadertop.core.config import Settings, TrialConfig
+
+RESULT_VERSION = 1
+
+Status = Literal["ok", "failed", "skipped"]
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    memory_total_mb: float
+
+
+@dataclass(frozen=True)
+class MachineInfo:
+    """The machine as the job sees it (affinity and cgroup limits applied)."""
+
+    hostname: str
+    platform: str
+    python: str
+    torch: str | None
+    logical_cpus: int
+    usable_cpus: int
+    cpu_quota: float | None  # cgroup cpu.max as CPUs, None when unlimited
+    mem_total_mb: float
+    mem_available_mb: float
+    cgroup_mem_headroom_mb: float | None  # memory.max - memory.current, None when unlimited
+    shm_free_mb: float | None
+    default_start_method: str
+    gpus: tuple[GpuInfo, ...] = ()
+    gpu_unavailable: str | None = None  # "unavailable: reason" when NVML cannot be used
+
+    def summary(self) -> str:
+        gpus = f"{len(self.gpus)} GPU ({self.gpus[0].name})" if self.gpus else "no GPU"
+        return (
+            f"{self.hostname}: {self.usable_cpus} usable CPUs (of {self.logical_cpus}), "
+            f"{self.mem_total_mb / 1024:.1f} GiB RAM ({self.mem_available_mb / 1024:.1f} free), {gpus}"
+        )
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> MachineInfo:
+        gpus = tuple(GpuInfo(**g) for g in data.get("gpus", ()))
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__ and k != "gpus"}
+        return cls(gpus=gpus, **fields)
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """The measured outcome of one configuration. Numbers are None when not measured."""
+
+    index: int
+    config: TrialConfig
+    status: Status
+    error: str | None = None
+    samples_per_s: float | None = None
+    batches_per_s: float | None = None
+    spread: float | None = None  # IQR / median of block throughput
+    first_batch_s: float | None = None
+    stall_fraction: float | None = None  # time blocked in next() / (blocked + consumer step)
+    worker_uss_mb: tuple[float, ...] = ()  # per worker, median over the steady window
+    worker_uss_slope_mb_per_min: tuple[float, ...] = ()
+    total_pss_mb: float | None = None  # main + workers, proportional share of shared pages
+    rss_mb: float | None = None  # main + workers; includes shared pages (double counts)
+    cpu_percent: float | None = None  # main + workers, percent of one CPU
+    main_cpu_percent: float | None = None
+    gpu_util: float | None = None  # mean NVML utilization over the steady window; None when unavailable
+    gpu_mem_mb: float | None = None
+    reason: str = ""
+    blocks: int = 0
+    measured_s: float = 0.0
+    warmup_batches: int = 0
+    stable: bool = False  # spread reached the target before the time budget ran out
+    epoch_restart_s: float | None = None  # wait for the first batch of a new epoch, if one was crossed
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["worker_uss_mb"] = list(self.worker_uss_mb)
+        data["worker_uss_slope_mb_per_min"] = list(self.worker_uss_slope_mb_per_min)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialResult:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["config"] = TrialConfig.from_dict(data["config"])
+        for name in ("worker_uss_mb", "worker_uss_slope_mb_per_min"):
+            fields[name] = tuple(fields.get(name) or ())
+        return cls(**fields)
+
+
+@dataclass(frozen=True)
+class Knee:
+    """Where adding workers stops paying. `num_workers` is None when the curve shows no clear knee."""
+
+    num_workers: int | None
+    rule: str  # which rule chose it, e.g. "kneedle" or "noise band"
+    reason: str
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    config: TrialConfig
+    samples_per_s: float
+    reason: str
+    snippet: str
+    trial_index: int
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    machine: MachineInfo
+    settings: Settings
+    trials: tuple[TrialResult, ...]
+    knee: Knee | None
+    recommendation: Recommendation | None
+    run_dir: str | None = None
+    interrupted: bool = False
+    wall_s: float = 0.0
+    version: int = field(default=RESULT_VERSION)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "machine": asdict(self.machine),
+            "settings": self.settings.to_dict(),
+            "trials": [t.to_dict() for t in self.trials],
+            "knee": asdict(self.knee) if self.knee else None,
+            "recommendation": asdict(self.recommendation) if self.recommendation else None,
+            "run_dir": self.run_dir,
+            "interrupted": self.interrupted,
+            "wall_s": self.wall_s,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SweepResult:
+        rec = data.get("recommendation")
+        knee = data.get("knee")
+        return cls(
+            machine=MachineInfo.from_dict(data["machine"]),
+            settings=Settings.from_dict(data["settings"]),
+            trials=tuple(TrialResult.from_dict(t) for t in data["trials"]),
+            knee=Knee(**knee) if knee else None,
+            recommendation=Recommendation(**{**rec, "config": TrialConfig.from_dict(rec["config"])}) if rec else None,
+            run_dir=data.get("run_dir"),
+            interrupted=data.get("interrupted", False),
+            wall_s=data.get("wall_s", 0.0),
+            version=data.get("version", RESULT_VERSION),
+        )
