@@ -62,6 +62,7 @@ class Settings:
     start_methods: tuple[str, ...] = field(default_factory=lambda: (default_start_method(),))
     step_ms: float = 0.0
     trial_seconds: float = 8.0
+    trial_timeout: float = 60.0  # no batch for this long: the trial is hung, kill it
     interval: float = 0.5
     tolerance: float = 0.05
     target_spread: float = 0.05

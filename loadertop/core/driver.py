@@ -1,0 +1,454 @@
+"""The driver: runs the planned trials through one runner process and turns its lines into events.
+
+    sweep = Sweep(settings)
+    for event in sweep.events():   # blocking; ends after SweepFinished
+        ...
+
+The driver thread and the probes thread both feed one queue; `events()` drains it in order. Control
+methods (`cancel`, `stop_after_current`, `pause`, `resume`) are safe to call from any thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from loadertop.core.analysis import analyze, trial_reason
+from loadertop.core.config import Settings, TrialConfig, UsageError
+from loadertop.core.events import (
+    Event,
+    Notice,
+    ProbeSample,
+    SweepFinished,
+    SweepStarted,
+    TrialFinished,
+    TrialProgress,
+    TrialStarted,
+)
+from loadertop.core.gpu import GpuProbe
+from loadertop.core.machine import machine_info
+from loadertop.core.probes import Probes, summarize_window
+from loadertop.core.results import MachineInfo, SweepResult, TrialResult
+from loadertop.core.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
+
+RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class RunnerProcess:
+    """The exec'd runner: one per sweep, in its own session so terminal signals never reach workers."""
+
+    def __init__(self, log_path: Path) -> None:
+        self._log = open(log_path, "ab")  # noqa: SIM115 (lives as long as the runner)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "loadertop.core.runner"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            start_new_session=True,
+            env=env,
+        )
+        self.lines: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        threading.Thread(target=self._read, name="loadertop-runner-reader", daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            try:
+                self.lines.put(json.loads(raw))
+            except ValueError:
+                continue
+        self.lines.put(None)  # EOF: the runner is gone
+
+    def send(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write((json.dumps(message) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def close(self, grace: float = 1.0) -> None:
+        """Closing stdin tells the runner to kill any running trial and exit; SIGKILL if it dawdles."""
+        with contextlib.suppress(OSError):
+            if self.proc.stdin:
+                self.proc.stdin.close()
+        try:
+            self.proc.wait(grace)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        self._log.close()
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def log_tail(path: Path, lines: int = 3) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in text[-lines:])
+
+
+class Sweep:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        out_dir: Path | None = None,
+        previous: SweepResult | None = None,
+        only: Sequence[TrialConfig] | None = None,
+        gpu: GpuProbe | None = None,
+    ) -> None:
+        self.settings = settings
+        self.previous = previous
+        self.planned: tuple[TrialConfig, ...] = tuple(only) if only else tuple(settings.trial_configs())
+        if not self.planned:
+            raise UsageError("the sweep has no configurations to run")
+        self.run_dir = new_run_dir(out_dir)
+        write_json(self.run_dir / SETTINGS, settings.to_dict())
+        self.result: SweepResult | None = None
+        self._gpu = gpu
+        self._queue: queue.Queue[Event | BaseException] = queue.Queue()
+        self._cancel = threading.Event()
+        self._stop_after = threading.Event()
+        self._resumed = threading.Event()
+        self._resumed.set()
+        self._lock = threading.Lock()
+        self._trial_pgid: int | None = None
+        self._thread: threading.Thread | None = None
+        self._window: list[ProbeSample] | None = None
+        self._window_index: int | None = None
+        self._probes: Probes | None = None
+
+    # -- control (any thread) ---------------------------------------------------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return not self._resumed.is_set()
+
+    def cancel(self) -> None:
+        """Stop now: the running trial's process group is killed; finished trials are kept."""
+        self._cancel.set()
+        self._resumed.set()
+        self._signal_trial(signal.SIGKILL)
+
+    def stop_after_current(self) -> None:
+        self._stop_after.set()
+
+    def pause(self) -> None:
+        with self._lock:
+            if self._resumed.is_set():
+                self._resumed.clear()
+                self._signal_trial(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        with self._lock:
+            if not self._resumed.is_set():
+                self._signal_trial(signal.SIGCONT)
+                self._resumed.set()
+
+    def _signal_trial(self, sig: int) -> None:
+        pgid = self._trial_pgid
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, sig)
+
+    # -- the stream -------------------------------------------------------------------------------------
+
+    def events(self) -> Iterator[Event]:
+        """Start the sweep (once) and yield its events. Raises UsageError for a bad dataset spec."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._drive_safely, name="loadertop-driver", daemon=True)
+            self._thread.start()
+        finished = False
+        try:
+            while True:
+                item = self._queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+                if isinstance(item, SweepFinished):
+                    finished = True
+                    return
+        finally:
+            if not finished:  # the consumer walked away (or we raised): leave nothing running
+                self.cancel()
+                self._thread.join(3)
+
+    def run(self) -> SweepResult:
+        """Run to the end without looking at events; returns the result."""
+        for _ in self.events():
+            pass
+        assert self.result is not None
+        return self.result
+
+    def _emit(self, event: Event) -> None:
+        self._queue.put(event)
+
+    def _on_probe(self, sample: ProbeSample) -> None:
+        window = self._window
+        if window is not None and sample.index == self._window_index:
+            window.append(sample)
+        self._emit(sample)
+
+    # -- the driver thread ------------------------------------------------------------------------------
+
+    def _drive_safely(self) -> None:
+        try:
+            self._drive()
+        except BaseException as exc:  # a bug or a bad spec: hand it to the consumer, never die silently
+            import traceback
+
+            with open(self.run_dir / LOG, "a") as log:
+                traceback.print_exc(file=log)
+            self._queue.put(exc)
+
+    def _drive(self) -> None:
+        started = time.monotonic()
+        gpu = self._gpu or GpuProbe()
+        machine = machine_info(gpu)
+        write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
+        self._emit(SweepStarted(str(self.run_dir), machine, self.settings, self.planned, self.previous))
+        if machine.gpu_unavailable:
+            self._emit(Notice("info", f"GPU {machine.gpu_unavailable}"))
+        probes = self._probes = Probes(self._on_probe, gpu, interval=self.settings.interval)
+        runner: RunnerProcess | None = None
+        trials: list[TrialResult] = []
+        try:
+            probes.start()
+            runner = self._start_runner()
+            self._check_dataset(runner)
+            for index, config in enumerate(self.planned):
+                if self._cancel.is_set() or self._stop_after.is_set():
+                    break
+                self._resumed.wait()
+                if runner.proc.poll() is not None:  # it died with a trial: start afresh
+                    runner.close()
+                    runner = self._start_runner()
+                trial = self._run_trial(runner, index, config, machine)
+                if trial is None:  # cancelled mid-trial: nothing finished to keep
+                    break
+                trials.append(trial)
+                append_trial(self.run_dir, trial)
+                self._emit(TrialFinished(trial))
+        except _Cancelled:
+            pass
+        finally:
+            probes.stop()
+            if runner is not None:
+                runner.close()
+            if self._gpu is None:
+                gpu.close()
+        self._finish(machine, trials, time.monotonic() - started)
+
+    def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
+        trials = self._with_reasons(trials, machine)
+        knee, recommendation = analyze(trials, self.settings, machine)
+        interrupted = self._cancel.is_set() or self._stop_after.is_set() or len(trials) < len(self.planned)
+        self.result = SweepResult(
+            machine=machine,
+            settings=self.settings,
+            trials=tuple(trials),
+            knee=knee,
+            recommendation=recommendation,
+            run_dir=str(self.run_dir),
+            interrupted=interrupted,
+            wall_s=wall_s,
+        )
+        write_result(self.run_dir, self.result)
+        self._emit(SweepFinished(self.result))
+
+    def _with_reasons(self, trials: list[TrialResult], machine: MachineInfo) -> list[TrialResult]:
+        """Reasons compare each trial with the best of the sweep, so they are final only at the end."""
+        ok = [t.samples_per_s for t in trials if t.status == "ok" and t.samples_per_s]
+        peak = max(ok) if ok else None
+        return [
+            dataclasses.replace(t, reason=trial_reason(t, machine, peak, self.settings.tolerance)) for t in trials
+        ]
+
+    def _start_runner(self) -> RunnerProcess:
+        runner = RunnerProcess(self.run_dir / LOG)
+        message = self._next_line(runner, RUNNER_START_TIMEOUT, "start the runner (import torch)")
+        if message.get("type") != "ready":
+            raise RuntimeError(f"runner said {message!r} instead of ready")
+        return runner
+
+    def _check_dataset(self, runner: RunnerProcess) -> None:
+        runner.send(
+            {
+                "type": "check",
+                "dataset": self.settings.dataset,
+                "dataset_args": dict(self.settings.dataset_args),
+                "start_methods": sorted({c.start_method for c in self.planned if c.start_method}),
+            }
+        )
+        message = self._next_line(runner, RUNNER_START_TIMEOUT, "load the dataset")
+        if not message.get("ok"):
+            raise UsageError(message.get("error", "the dataset could not be loaded"))
+
+    def _next_line(self, runner: RunnerProcess, timeout: float, doing: str) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._cancel.is_set():
+                raise _Cancelled
+            try:
+                message = runner.lines.get(timeout=0.1)
+            except queue.Empty:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the runner did not {doing} within {timeout:.0f} s") from None
+                continue
+            if message is None:
+                tail = log_tail(self.run_dir / LOG)
+                raise RuntimeError(f"the runner exited while trying to {doing}: {tail}")
+            return message
+
+    def _run_trial(
+        self, runner: RunnerProcess, index: int, config: TrialConfig, machine: MachineInfo
+    ) -> TrialResult | None:
+        settings = self.settings
+        runner.send({"type": "trial", "index": index, "config": config.to_dict(), "settings": settings.to_dict()})
+        total = len(self.planned)
+        pid: int | None = None
+        worker_pids: tuple[int, ...] = ()
+        finished: dict[str, Any] | None = None
+        error: str | None = None
+        last_what = "starting"
+        last_activity = time.monotonic()
+        timeout = settings.trial_timeout
+        self._window, self._window_index = None, index
+        probes_watch = self._probes_watch
+        try:
+            while True:
+                if self._cancel.is_set():
+                    self._drain_until_exit(runner)
+                    return None
+                if not self._resumed.is_set():
+                    last_activity = time.monotonic()  # a frozen trial is not a hung one
+                elif error is None and time.monotonic() - last_activity > timeout:
+                    error = f"no batch for {timeout:.0f} s (last: {last_what})"
+                    self._signal_trial(signal.SIGKILL)
+                try:
+                    message = runner.lines.get(timeout=0.1)
+                except queue.Empty:
+                    continue
+                if message is None:
+                    error = error or f"the runner died: {log_tail(self.run_dir / LOG)}"
+                    break
+                kind = message.get("type")
+                last_activity = time.monotonic()
+                if kind == "forked":
+                    pid = message["pid"]
+                    with self._lock:
+                        self._trial_pgid = pid
+                        if not self._resumed.is_set():  # paused while we were forking
+                            self._signal_trial(signal.SIGSTOP)
+                    probes_watch(index, pid, ())
+                elif kind == "workers":
+                    worker_pids = tuple(message["worker_pids"])
+                    probes_watch(index, pid, worker_pids)
+                    last_what = f"started {len(worker_pids)} workers"
+                elif kind == "started":
+                    worker_pids = tuple(message["worker_pids"])
+                    probes_watch(index, pid, worker_pids)
+                    last_what = "first batch"
+                    assert pid is not None
+                    self._emit(
+                        TrialStarted(index, total, config, pid, worker_pids, float(message["first_batch_s"]))
+                    )
+                elif kind == "block":
+                    if self._window is None:
+                        self._window = []  # the steady window opens with the first measured block
+                    last_what = f"block {message['block']}"
+                    self._emit(
+                        TrialProgress(
+                            index,
+                            int(message["block"]),
+                            float(message["batches_per_s"]),
+                            float(message["samples_per_s"]),
+                            float(message["stall_fraction"]),
+                            float(message["elapsed_s"]),
+                            message.get("spread"),
+                        )
+                    )
+                elif kind == "finished":
+                    finished = message
+                    self._window_index = None  # freeze the window
+                elif kind == "failed":
+                    error = error or message["error"]
+                elif kind == "exited":
+                    if finished is None and error is None:
+                        if message.get("signal"):
+                            name = signal_name(message["signal"])
+                            hint = " (out of memory?)" if message["signal"] == signal.SIGKILL else ""
+                            error = f"trial process killed by {name}{hint}"
+                        else:
+                            error = f"trial process exited with code {message.get('returncode')}"
+                    break
+        finally:
+            if error is not None:  # whatever is left of a failed trial goes with it
+                self._signal_trial(signal.SIGKILL)
+            with self._lock:
+                self._trial_pgid = None
+            probes_watch(None, None, ())
+        window, self._window = self._window or [], None
+        if finished is None or error is not None:
+            return TrialResult(index, config, "failed", error=error or "unknown failure")
+        stats = summarize_window(window, worker_pids)
+        return TrialResult(
+            index=index,
+            config=config,
+            status="ok",
+            samples_per_s=finished["samples_per_s"],
+            batches_per_s=finished["batches_per_s"],
+            spread=finished["spread"],
+            first_batch_s=finished["first_batch_s"],
+            stall_fraction=finished["stall_fraction"],
+            worker_uss_mb=stats.worker_uss_mb,
+            worker_uss_slope_mb_per_min=stats.worker_uss_slope_mb_per_min,
+            total_pss_mb=stats.total_pss_mb,
+            rss_mb=stats.rss_mb,
+            cpu_percent=stats.cpu_percent,
+            main_cpu_percent=stats.main_cpu_percent,
+            gpu_util=stats.gpu_util,
+            gpu_mem_mb=stats.gpu_mem_mb,
+            blocks=finished["blocks"],
+            measured_s=finished["measured_s"],
+            warmup_batches=finished["warmup_batches"],
+            stable=finished["stable"],
+            epoch_restart_s=finished.get("epoch_restart_s"),
+        )
+
+    def _drain_until_exit(self, runner: RunnerProcess, timeout: float = 2.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                message = runner.lines.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if message is None or message.get("type") == "exited":
+                return
+
+    def _probes_watch(self, index: int | None, pid: int | None, workers: tuple[int, ...]) -> None:
+        probes = self._probes
+        if probes is not None:
+            probes.watch(index, pid, workers)

@@ -1,0 +1,350 @@
+"""The probes: one self-pacing thread in the driver process that samples the running trial and the machine.
+
+Each tick reads, for the watched main process and workers, CPU% and RSS (cheap); USS and PSS
+(`memory_full_info`, ~5 ms a process) at most every `full_info_every` seconds per process, carrying the last
+known values in between; and for the machine MemAvailable, cgroup memory headroom, /dev/shm free and the GPUs.
+The next tick is scheduled `interval` after the last one finished, so a slow tick never piles up.
+
+Processes come and go under us (a worker exits, a trial is killed): those are skipped quietly, never raised.
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from loadertop.core.events import GpuSample, ProbeSample, WorkerSample
+from loadertop.core.gpu import GpuProbe, describe_error
+from loadertop.core.machine import (
+    CGROUP_ROOT,
+    MB,
+    PROC_SELF_CGROUP,
+    SHM_PATH,
+    cgroup_memory_headroom_mb,
+    mem_available_mb,
+    shm_free_mb,
+)
+
+log = logging.getLogger(__name__)
+
+
+class _Tracked:
+    """A cached psutil.Process (so cpu_percent has a baseline) and its last USS/PSS reading."""
+
+    __slots__ = ("full_t", "process", "pss_mb", "uss_mb")
+
+    def __init__(self, process: psutil.Process) -> None:
+        self.process = process
+        self.uss_mb: float | None = None
+        self.pss_mb: float | None = None
+        self.full_t: float | None = None  # clock time of the last memory_full_info attempt
+
+
+@dataclass(frozen=True)
+class _Reading:
+    rss_mb: float
+    cpu_percent: float
+    uss_mb: float | None
+    pss_mb: float | None
+
+
+def _new_tracked(pid: int) -> _Tracked | None:
+    """A tracked process with its CPU baseline taken, or None when the pid is gone or not ours to read."""
+    try:
+        process = psutil.Process(pid)
+        process.cpu_percent(None)  # baseline: the first call always returns 0.0
+    except psutil.Error:
+        return None
+    return _Tracked(process)
+
+
+class Probes:
+    """Samples the watched trial's processes and the machine, and hands each `ProbeSample` to `emit`.
+
+    `emit` runs on the probe thread; an exception from it is logged and the thread carries on.
+    `t` in each sample is seconds since this object was created, by `clock`.
+    """
+
+    def __init__(
+        self,
+        emit: Callable[[ProbeSample], None],
+        gpu: GpuProbe,
+        interval: float = 0.5,
+        full_info_every: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        cgroup_root: Path = CGROUP_ROOT,
+        shm_path: Path | str = SHM_PATH,
+        proc_cgroup: Path = PROC_SELF_CGROUP,
+    ) -> None:
+        self._emit = emit
+        self._gpu = gpu
+        self.interval = interval
+        self.full_info_every = full_info_every
+        self._clock = clock
+        self._cgroup_root = cgroup_root
+        self._shm_path = shm_path
+        self._proc_cgroup = proc_cgroup
+        self._t0 = clock()
+        self._lock = threading.Lock()  # guards the watched state and the process cache (short holds only)
+        self._sample_lock = threading.Lock()  # one sample at a time (thread and direct calls)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._index: int | None = None
+        self._main_pid: int | None = None
+        self._worker_pids: tuple[int, ...] = ()
+        self._procs: dict[int, _Tracked] = {}
+        self._gone: set[int] = set()  # watched pids seen exiting: never looked up again (the pid may be reused)
+        self._logged: set[str] = set()
+        self.errors = 0  # sample or emit failures so far (each logged, the first of a kind with its traceback)
+
+    # -- control -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the probe thread (the first sample is taken at once). Does nothing if already running."""
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="loadertop-probes", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 1.0) -> bool:
+        """Stop the thread and wait up to `timeout` s for it; True when it has ended."""
+        self._stop.set()
+        thread = self._thread
+        if thread is None:
+            return True
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def watch(self, index: int | None, main_pid: int | None, worker_pids: Sequence[int]) -> None:
+        """Say what to sample: trial `index`, its main process and workers. `watch(None, None, ())` between trials.
+
+        Thread-safe. New processes get their CPU baseline here, so the next tick already has a real CPU%.
+        """
+        workers = tuple(dict.fromkeys(int(p) for p in worker_pids))  # unique, in order
+        wanted = ([] if main_pid is None else [int(main_pid)]) + list(workers)
+        with self._lock:
+            missing = [pid for pid in wanted if pid not in self._procs and pid not in self._gone]
+        fresh = {pid: tracked for pid in missing if (tracked := _new_tracked(pid)) is not None}
+        with self._lock:
+            self._index = index
+            self._main_pid = None if main_pid is None else int(main_pid)
+            self._worker_pids = workers
+            for pid, tracked in fresh.items():
+                self._procs.setdefault(pid, tracked)
+            for pid in [p for p in self._procs if p not in wanted]:
+                del self._procs[pid]
+            self._gone &= set(wanted)
+
+    def __enter__(self) -> Probes:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # -- sampling ------------------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                sample = self.sample_once()
+            except Exception:
+                self._log_error("probe sample failed")
+            else:
+                try:
+                    self._emit(sample)
+                except Exception:
+                    self._log_error("probe emit failed")
+            if self._stop.wait(self.interval):  # self-pacing: `interval` after the last tick finished
+                break
+
+    def _log_error(self, what: str) -> None:
+        self.errors += 1
+        if what in self._logged:
+            log.debug(what, exc_info=True)
+        else:
+            self._logged.add(what)
+            log.exception("%s (further failures of this kind are logged at debug level)", what)
+
+    def _tracked(self, pid: int) -> _Tracked | None:
+        with self._lock:
+            tracked = self._procs.get(pid)
+            gone = pid in self._gone
+        if tracked is not None or gone:
+            return tracked
+        tracked = _new_tracked(pid)
+        if tracked is None:
+            with self._lock:
+                self._gone.add(pid)
+            return None
+        with self._lock:
+            return self._procs.setdefault(pid, tracked)
+
+    def _forget(self, pid: int, tracked: _Tracked) -> None:
+        with self._lock:
+            if self._procs.get(pid) is tracked:
+                del self._procs[pid]
+                self._gone.add(pid)
+
+    def _read(self, pid: int, now: float) -> _Reading | None:
+        """One process's reading; None when it is gone (then forgotten) or could not be read this time."""
+        tracked = self._tracked(pid)
+        if tracked is None:
+            return None
+        process = tracked.process
+        try:
+            with process.oneshot():
+                if process.status() == psutil.STATUS_ZOMBIE:  # exited, not yet reaped by its parent
+                    raise psutil.ZombieProcess(pid)
+                cpu = process.cpu_percent(None)
+                rss_mb = process.memory_info().rss / MB
+            if tracked.full_t is None or now - tracked.full_t >= self.full_info_every:
+                tracked.full_t = now
+                try:
+                    full = process.memory_full_info()
+                except psutil.AccessDenied:
+                    pass  # keep CPU and RSS; try again at the next full-info time
+                else:
+                    tracked.uss_mb = full.uss / MB
+                    pss = getattr(full, "pss", None)  # Linux only
+                    tracked.pss_mb = None if pss is None else pss / MB
+        except psutil.NoSuchProcess:  # includes ZombieProcess
+            self._forget(pid, tracked)
+            return None
+        except psutil.AccessDenied:
+            return None
+        return _Reading(rss_mb=rss_mb, cpu_percent=cpu, uss_mb=tracked.uss_mb, pss_mb=tracked.pss_mb)
+
+    def sample_once(self) -> ProbeSample:
+        """Take one sample now (what the thread does each tick; tests may call it directly)."""
+        with self._sample_lock:
+            now = self._clock()
+            with self._lock:
+                index, main_pid, worker_pids = self._index, self._main_pid, self._worker_pids
+
+            main = None if main_pid is None else self._read(main_pid, now)
+            workers: list[WorkerSample] = []
+            readings: list[_Reading] = [] if main is None else [main]
+            for pid in worker_pids:
+                reading = self._read(pid, now)
+                if reading is None:
+                    continue
+                readings.append(reading)
+                workers.append(
+                    WorkerSample(pid=pid, rss_mb=reading.rss_mb, cpu_percent=reading.cpu_percent, uss_mb=reading.uss_mb)
+                )
+            pss = [r.pss_mb for r in readings if r.pss_mb is not None]
+
+            gpus: tuple[GpuSample, ...]
+            try:
+                gpus = self._gpu.sample()
+                gpu_unavailable = self._gpu.unavailable
+            except Exception as exc:  # GpuProbe never raises; a stand-in might
+                gpus, gpu_unavailable = (), f"unavailable: {describe_error(None, exc)}"
+
+            return ProbeSample(
+                index=index,
+                t=now - self._t0,
+                workers=tuple(workers),
+                main_rss_mb=None if main is None else main.rss_mb,
+                main_cpu_percent=None if main is None else main.cpu_percent,
+                total_pss_mb=sum(pss) if pss else None,
+                rss_mb=sum(r.rss_mb for r in readings) if readings else None,
+                cpu_percent=sum(r.cpu_percent for r in readings),
+                mem_available_mb=mem_available_mb(),
+                cgroup_mem_headroom_mb=cgroup_memory_headroom_mb(self._cgroup_root, self._proc_cgroup),
+                shm_free_mb=shm_free_mb(self._shm_path),
+                gpus=gpus,
+                gpu_unavailable=gpu_unavailable,
+            )
+
+
+# -- one trial's steady window ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """Probe samples of one trial's steady window, aggregated. None/empty where nothing was measured.
+
+    The per-worker tuples hold only workers with at least one known USS, in `worker_pids` order; `worker_pids`
+    says which ones they are.
+    """
+
+    samples: int
+    worker_pids: tuple[int, ...]
+    worker_uss_mb: tuple[float, ...]  # median of the known USS readings
+    worker_uss_slope_mb_per_min: tuple[float, ...]  # least squares over distinct readings; 0.0 with fewer than 2
+    total_pss_mb: float | None  # median
+    rss_mb: float | None  # median
+    cpu_percent: float | None  # mean of main + workers, percent of one CPU
+    main_cpu_percent: float | None  # mean
+    gpu_util: float | None  # mean over samples and GPUs; None without GPU samples
+    gpu_mem_mb: float | None  # max over samples and GPUs
+    mem_available_min_mb: float | None  # lowest system MemAvailable seen
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _slope_per_min(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of (t seconds, MB) points, in MB per minute; 0.0 when it cannot be fitted."""
+    if len(points) < 2:
+        return 0.0
+    t_mean = statistics.fmean(t for t, _ in points)
+    v_mean = statistics.fmean(v for _, v in points)
+    den = sum((t - t_mean) ** 2 for t, _ in points)
+    if den <= 0.0:
+        return 0.0
+    num = sum((t - t_mean) * (v - v_mean) for t, v in points)
+    return num / den * 60.0
+
+
+def _distinct_readings(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Between full-info reads the probe repeats the last USS: keep the first sample of each run of equal values."""
+    distinct: list[tuple[float, float]] = []
+    for t, value in points:
+        if not distinct or value != distinct[-1][1]:
+            distinct.append((t, value))
+    return distinct
+
+
+def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int]) -> WindowStats:
+    """Aggregate the probe samples of one trial's steady window (see `WindowStats`)."""
+    ordered = sorted(samples, key=lambda s: s.t)
+    uss: dict[int, list[tuple[float, float]]] = {pid: [] for pid in worker_pids}
+    for sample in ordered:
+        for worker in sample.workers:
+            if worker.uss_mb is not None and worker.pid in uss:
+                uss[worker.pid].append((sample.t, worker.uss_mb))
+    known = [pid for pid in dict.fromkeys(worker_pids) if uss[pid]]
+    gpu_samples = [g for s in ordered for g in s.gpus]
+    return WindowStats(
+        samples=len(ordered),
+        worker_pids=tuple(known),
+        worker_uss_mb=tuple(statistics.median(v for _, v in uss[pid]) for pid in known),
+        worker_uss_slope_mb_per_min=tuple(_slope_per_min(_distinct_readings(uss[pid])) for pid in known),
+        total_pss_mb=_median([s.total_pss_mb for s in ordered if s.total_pss_mb is not None]),
+        rss_mb=_median([s.rss_mb for s in ordered if s.rss_mb is not None]),
+        cpu_percent=_mean([s.cpu_percent for s in ordered]),
+        main_cpu_percent=_mean([s.main_cpu_percent for s in ordered if s.main_cpu_percent is not None]),
+        gpu_util=_mean([g.util_percent for g in gpu_samples]),
+        gpu_mem_mb=max((g.mem_used_mb for g in gpu_samples), default=None),
+        mem_available_min_mb=min((s.mem_available_mb for s in ordered), default=None),
+    )
