@@ -41,6 +41,7 @@ from loadertop.core.machine import machine_info
 from loadertop.core.probes import Probes, summarize_window
 from loadertop.core.results import MachineInfo, SweepResult, TrialResult
 from loadertop.core.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
+from loadertop.core.search import make_planner
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
 
@@ -121,8 +122,8 @@ class Sweep:
     ) -> None:
         self.settings = settings
         self.previous = previous
-        self.planned: tuple[TrialConfig, ...] = tuple(only) if only else tuple(settings.trial_configs())
-        if not self.planned:
+        self.planner = make_planner(settings, only)
+        if not self.planner.planned():
             raise UsageError("the sweep has no configurations to run")
         self.run_dir = new_run_dir(out_dir)
         write_json(self.run_dir / SETTINGS, settings.to_dict())
@@ -139,6 +140,10 @@ class Sweep:
         self._window: list[ProbeSample] | None = None
         self._window_index: int | None = None
         self._probes: Probes | None = None
+
+    @property
+    def planned(self) -> tuple[TrialConfig, ...]:
+        return self.planner.planned()
 
     # -- control (any thread) ---------------------------------------------------------------------------
 
@@ -228,7 +233,7 @@ class Sweep:
         gpu = self._gpu or GpuProbe()
         machine = machine_info(gpu)
         write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
-        self._emit(SweepStarted(str(self.run_dir), machine, self.settings, self.planned, self.previous))
+        self._emit(SweepStarted(str(self.run_dir), machine, self.settings, self.planner.planned(), self.previous))
         if machine.gpu_unavailable:
             self._emit(Notice("info", f"GPU {machine.gpu_unavailable}"))
         probes = self._probes = Probes(self._on_probe, gpu, interval=self.settings.interval)
@@ -238,9 +243,10 @@ class Sweep:
             probes.start()
             runner = self._start_runner()
             self._check_dataset(runner)
-            for index, config in enumerate(self.planned):
+            while (config := self.planner.next(trials)) is not None:
                 if self._cancel.is_set() or self._stop_after.is_set():
                     break
+                index = len(trials)
                 self._resumed.wait()
                 if runner.proc.poll() is not None:  # it died with a trial: start afresh
                     runner.close()
@@ -264,7 +270,7 @@ class Sweep:
     def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
         trials = self._with_reasons(trials, machine)
         knee, recommendation = analyze(trials, self.settings, machine)
-        interrupted = self._cancel.is_set() or self._stop_after.is_set() or len(trials) < len(self.planned)
+        interrupted = self._cancel.is_set() or self._stop_after.is_set()
         self.result = SweepResult(
             machine=machine,
             settings=self.settings,
@@ -299,7 +305,7 @@ class Sweep:
                 "type": "check",
                 "dataset": self.settings.dataset,
                 "dataset_args": dict(self.settings.dataset_args),
-                "start_methods": sorted({c.start_method for c in self.planned if c.start_method}),
+                "start_methods": sorted({c.start_method for c in self.planner.planned() if c.start_method}),
             }
         )
         message = self._next_line(runner, RUNNER_START_TIMEOUT, "load the dataset")
@@ -327,7 +333,7 @@ class Sweep:
     ) -> TrialResult | None:
         settings = self.settings
         runner.send({"type": "trial", "index": index, "config": config.to_dict(), "settings": settings.to_dict()})
-        total = len(self.planned)
+        total = max(len(self.planner.planned()), index + 1)
         pid: int | None = None
         worker_pids: tuple[int, ...] = ()
         finished: dict[str, Any] | None = None
