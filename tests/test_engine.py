@@ -1,0 +1,142 @@
+"""The engine end to end on real DataLoaders: runner process, worker processes, events, run folder."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadertop.core.config import Settings
+from loadertop.core.driver import Sweep
+from loadertop.core.events import (
+    ProbeSample,
+    SweepFinished,
+    SweepStarted,
+    TrialFinished,
+    TrialProgress,
+    TrialStarted,
+)
+from loadertop.core.runfolder import read_trials
+
+FAST = dict(dataset="synthetic:cpu_ms=1,io_ms=1,kb=16", trial_seconds=1.5, block_seconds=0.15, interval=0.2)
+DESIGN_TRIAL_KEYS = {
+    "config", "status", "error", "samples_per_s", "batches_per_s", "spread", "first_batch_s", "stall_fraction",
+    "worker_uss_mb", "total_pss_mb", "rss_mb", "cpu_percent", "gpu_util", "reason",
+}  # fmt: skip
+
+
+def index_of(event: object) -> int | None:
+    if isinstance(event, TrialFinished):
+        return event.result.index
+    if isinstance(event, TrialStarted | TrialProgress):
+        return event.index
+    return None
+
+
+def gone(pids: list[int], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+        if not alive:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sweep_streams_events_and_measures_real_workers(runs: Path, no_leftovers: None) -> None:
+    sweep = Sweep(Settings(workers=(0, 2), start_methods=("fork",), **FAST), out_dir=runs)
+    events = list(sweep.events())
+    kinds = [type(e) for e in events]
+    assert kinds[0] is SweepStarted and kinds[-1] is SweepFinished
+    started = [e for e in events if isinstance(e, TrialStarted)]
+    assert [s.config.num_workers for s in started] == [0, 2]
+    assert started[0].worker_pids == () and len(started[1].worker_pids) == 2
+    assert all(s.first_batch_s > 0 for s in started)
+    # Progress comes after the trial started and before it finished, for each trial.
+    for s in started:
+        order = [i for i, e in enumerate(events) if index_of(e) == s.index]
+        assert isinstance(events[order[0]], TrialStarted) and isinstance(events[order[-1]], TrialFinished)
+        assert any(isinstance(events[i], TrialProgress) for i in order)
+    # The probes saw the real worker processes, with their own (private) memory.
+    samples = [e for e in events if isinstance(e, ProbeSample) and e.index == 1 and e.workers]
+    assert samples and {w.pid for w in samples[-1].workers} <= set(started[1].worker_pids)
+    result = sweep.result
+    assert result is not None and not result.interrupted
+    two = result.trials[1]
+    assert two.status == "ok" and two.samples_per_s and two.samples_per_s > 0
+    assert two.warmup_batches == 2 * 2 + 2  # prefetch × workers + workers
+    assert len(two.worker_uss_mb) == 2 and all(u > 1 for u in two.worker_uss_mb)
+    assert two.rss_mb is not None and two.total_pss_mb is not None and two.rss_mb > two.total_pss_mb
+    assert 0 <= (two.stall_fraction or 0) <= 1
+    assert gone(list(started[1].worker_pids) + [s.pid for s in started], within=2)
+
+
+def test_run_folder_has_settings_log_trials_and_result(runs: Path) -> None:
+    sweep = Sweep(Settings(workers=(0, 1), **FAST), out_dir=runs)
+    result = sweep.run()
+    folder = Path(sweep.run_dir)
+    assert {"settings.json", "machine.json", "runner.log", "trials.jsonl", "result.json"} <= {
+        p.name for p in folder.iterdir()
+    }
+    assert [t.config.num_workers for t in read_trials(folder)] == [0, 1]
+    data = json.loads((folder / "result.json").read_text())
+    assert {"version", "machine", "settings", "trials", "knee", "recommendation"} <= data.keys()
+    assert data["trials"][0].keys() >= DESIGN_TRIAL_KEYS
+    assert set(data["trials"][0]["config"]) == {
+        "num_workers", "batch_size", "prefetch_factor", "pin_memory", "persistent_workers", "start_method"
+    }  # fmt: skip
+    assert data["recommendation"]["snippet"].startswith("DataLoader(dataset, batch_size=32")
+    assert result.recommendation is not None
+
+
+def test_cancel_mid_trial_kills_everything_within_2s_and_keeps_finished(runs: Path, no_leftovers: None) -> None:
+    settings = Settings(workers=(0, 4), **{**FAST, "trial_seconds": 30.0})
+    sweep = Sweep(settings, out_dir=runs)
+    pids: set[int] = set()
+    cancelled_at: float | None = None
+    for event in sweep.events():
+        if isinstance(event, TrialStarted):
+            pids |= {event.pid, *event.worker_pids}
+        if isinstance(event, TrialProgress) and event.index == 1 and cancelled_at is None:
+            cancelled_at = time.monotonic()
+            threading.Thread(target=sweep.cancel).start()  # from another thread, as the TUI does
+    assert cancelled_at is not None
+    assert gone(sorted(pids), within=2.0)
+    result = sweep.result
+    assert result is not None and result.interrupted
+    assert [t.config.num_workers for t in read_trials(Path(sweep.run_dir))] == [0]
+
+
+def test_pause_freezes_the_trial_and_resume_continues(runs: Path) -> None:
+    sweep = Sweep(Settings(workers=(2,), **{**FAST, "trial_seconds": 3.0, "target_spread": 0.0}), out_dir=runs)
+    pid = None
+    for event in sweep.events():
+        if isinstance(event, TrialStarted):
+            pid = event.pid
+        if isinstance(event, TrialProgress) and event.block == 1 and not sweep.paused:
+            sweep.pause()
+            time.sleep(0.3)
+            assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
+            time.sleep(1.0)
+            sweep.resume()
+    result = sweep.result
+    assert result is not None and result.trials[0].status == "ok"
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_other_start_methods_work_and_are_recorded(runs: Path, method: str) -> None:
+    result = Sweep(Settings(workers=(1,), start_methods=(method,), **FAST), out_dir=runs).run()
+    trial = result.trials[0]
+    assert trial.status == "ok", trial.error
+    assert trial.config.start_method == method
+
+
+def test_failing_dataset_fails_the_trial_not_the_sweep(runs: Path, no_leftovers: None) -> None:
+    settings = Settings(workers=(0, 2), **{**FAST, "dataset": "synthetic:fail_at=40,cpu_ms=0,io_ms=0"})
+    result = Sweep(settings, out_dir=runs).run()
+    assert [t.status for t in result.trials] == ["failed", "failed"]
+    assert all("synthetic failure at index 40" in (t.error or "") for t in result.trials)
