@@ -55,7 +55,9 @@ class RunnerProcess:
 
     def __init__(self, log_path: Path) -> None:
         self._log = open(log_path, "ab")  # noqa: SIM115 (lives as long as the runner)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # The runner imports what the caller can import (as multiprocessing's spawn does with sys.path).
+        path = os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "loadertop.core.runner"],
             stdin=subprocess.PIPE,

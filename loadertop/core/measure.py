@@ -135,7 +135,9 @@ def measure(loader: Any, config: TrialConfig, settings: Settings, consumer: Cons
             return out, True
 
     # In a short epoch the boundary is part of the steady state; in a long one it is an outlier.
+    # An epoch is short if it is under 50 batches, or if two blocks in a row crossed a boundary.
     short_epoch = _length(loader) < 50
+    crossed_last_block = False
     skip = warmup_batches(config, settings.skip_warmup)
     for _ in range(max(0, skip - 1)):  # the first batch was one of them
         consumer(next_batch()[0])
@@ -151,12 +153,16 @@ def measure(loader: Any, config: TrialConfig, settings: Settings, consumer: Cons
         batches = samples = 0
         wait = step = 0.0
         tainted = thaw.take()
+        crossed_this_block = False
         while True:
             t0 = time.perf_counter()
             batch, crossed = next_batch()
             t1 = time.perf_counter()
             consumer(batch)
             t2 = time.perf_counter()
+            crossed_this_block |= crossed
+            if crossed and crossed_last_block:
+                short_epoch = True
             tainted |= crossed and not short_epoch
             wait += t1 - t0
             step += t2 - t1
@@ -165,6 +171,7 @@ def measure(loader: Any, config: TrialConfig, settings: Settings, consumer: Cons
             if t2 - block_start >= settings.block_seconds and batches >= 2 and batches % cycle == 0:
                 break
         elapsed = time.perf_counter() - block_start
+        crossed_last_block = crossed_this_block
         if thaw.take():
             tainted = True
             deadline += elapsed  # the pause is not the trial's time
