@@ -23,7 +23,11 @@ def main() -> None:
     last: ProbeSample | None = None
     sweep = Sweep(Settings(dataset=args.dataset, workers=(args.workers,), trial_seconds=8, target_spread=0.0))
     for event in sweep.events():
-        if isinstance(event, ProbeSample) and event.workers and all(w.uss_mb for w in event.workers):
+        if (
+            isinstance(event, ProbeSample)
+            and len(event.workers) == args.workers
+            and all(w.uss_mb for w in event.workers)
+        ):
             last = event
     assert last is not None and sweep.result is not None
     trial = sweep.result.trials[0]
