@@ -1,0 +1,44 @@
+"""What the app needs from a sweep (the engine's `Sweep`, or a fake in tests), and how it makes one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.events import Event
+from loadertop.core.results import SweepResult
+
+
+class SweepLike(Protocol):
+    run_dir: Path
+    result: SweepResult | None
+
+    @property
+    def paused(self) -> bool: ...
+
+    def events(self) -> Iterator[Event]: ...
+
+    def cancel(self) -> None: ...
+
+    def stop_after_current(self) -> None: ...
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+SweepFactory = Callable[[Settings, SweepResult | None, Sequence[TrialConfig] | None], SweepLike]
+"""(settings, previous, only) -> a sweep that has not started yet."""
+
+
+def engine_factory(out_dir: Path | None) -> SweepFactory:
+    """The real engine. Imported on first use so the UI (and its tests) load without it."""
+
+    def make(settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None) -> SweepLike:
+        from loadertop.core.driver import Sweep
+
+        return Sweep(settings, out_dir=out_dir, previous=previous, only=only)
+
+    return make

@@ -1,0 +1,516 @@
+"""Pilot tests: every key pressed against the deterministic fake sweep, asserting on state and messages."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import types
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rich.table import Table
+from textual import events
+from textual.widgets import Static
+from tui_fakes import GPU_MACHINE, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, snippet, sync, wait_until
+
+from loadertop.core.config import UsageError
+from loadertop.core.events import Event
+from loadertop.tui.app import LoadertopApp, make_app
+from loadertop.tui.widgets.gpu import GpuPane
+from loadertop.tui.widgets.header import HeaderPane
+from loadertop.tui.widgets.help import HelpScreen
+from loadertop.tui.widgets.memory import MemoryPane
+from loadertop.tui.widgets.results import ResultsTable
+from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
+
+SIZE = (120, 40)
+
+
+def text(widget: HeaderPane | GpuPane | MemoryPane | LivePane) -> str:
+    return widget.render().plain
+
+
+def finished(app: LoadertopApp) -> bool:
+    return app.state.phase == "finished"
+
+
+def held(factory: FakeSweepFactory, app: LoadertopApp, index: int) -> object:
+    """The fake is holding at `index` and the app has taken in everything before the hold."""
+    return lambda: bool(factory.sweeps) and factory.sweeps[0].held.is_set() and app.state.current == index
+
+
+@pytest.fixture
+def factory(tmp_path: Path) -> FakeSweepFactory:
+    return FakeSweepFactory(tmp_path / "runs")
+
+
+@sync
+async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        app.flush(everything=True)
+        header = text(app.query_one(HeaderPane))
+        assert "2 usable CPUs" in header and "no GPU" in header
+        assert "done: 7 trials (1 not ok)" in header
+        assert snippet(app.state.recommendation.config) in header  # type: ignore[union-attr]
+        assert "CPU-bound" in header
+        gpu = text(app.query_one(GpuPane))
+        assert "no NVIDIA GPU: NVML library not found" in gpu
+        assert "busy" in gpu and "avg" in gpu and "max" in gpu
+        memory = text(app.query_one(MemoryPane))
+        assert "PSS" in memory and "RSS" in memory and "incl. shared" in memory
+        assert "MB/min" in memory and "keeps climbing" in memory
+        table = app.query_one(ResultsTable)
+        assert table.row_count == len(WORKERS)
+        marks = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert marks == ["", "", "", "", "★◆", "", ""]
+        assert str(table.get_row_at(6)[6]) == "failed"
+        assert "/dev/shm too small" in str(table.get_row_at(6)[14])
+        assert table.cursor_row == 4  # the recommended row
+        chart = app.query_one(ThroughputChart)
+        assert "knee 4" in str(chart.border_title)
+        assert ("warning", "/dev/shm has 3.9 GB free: 8 workers may not fit") in app.messages
+        # Nothing keeps redrawing once the sweep is over: the idle app costs no CPU.
+        assert not app._ticker._active.is_set()
+
+
+@sync
+async def test_two_gpus_show_a_sparkline_each_with_numbers(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, machine=GPU_MACHINE, hold_at=3)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 3))
+        app.flush(everything=True)
+        lines = text(app.query_one(GpuPane)).splitlines()
+        assert lines[0].startswith("0 ") and lines[1].startswith("1 ")
+        assert "avg" in lines[0] and "max" in lines[1]
+        assert app.query_one(GpuPane).border_title == "GPU utilization"
+        live = text(app.query_one(LivePane))
+        assert "batches/s" in live and "samples/s" in live
+        assert "trial 4/7" in text(app.query_one(HeaderPane))
+        factory.sweeps[0].release()
+        await wait_until(pilot, lambda: finished(app))
+        table = app.query_one(ResultsTable)
+        assert str(table.get_row_at(4)[13]).endswith("%")  # GPU % column
+
+
+@sync
+async def test_p_pauses_and_resumes(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=2)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 2))
+        await pilot.press("p")
+        assert factory.sweeps[0].paused and app.state.paused
+        assert "PAUSED" in text(app.query_one(HeaderPane))
+        await pilot.press("p")
+        assert not factory.sweeps[0].paused and not app.state.paused
+        assert factory.sweeps[0].calls == ["pause", "resume"]
+        assert [m for _, m in app.messages][-2:] == ["paused: the block being measured will be discarded", "resumed"]
+        factory.sweeps[0].release()
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("p")
+        assert app.messages[-1] == ("warning", "no sweep is running")
+
+
+@sync
+async def test_s_stops_after_the_current_trial(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=2)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 2))
+        await pilot.press("s")
+        assert "stopping after this trial" in text(app.query_one(HeaderPane))
+        factory.sweeps[0].release()  # the running trial finishes...
+        await wait_until(pilot, lambda: finished(app))  # ...and nothing after it starts
+        assert factory.sweeps[0].calls == ["stop"]
+        assert [row.status for row in app.state.rows] == ["ok"] * 3 + ["not run"] * 4
+        assert app.state.result is not None and app.state.result.interrupted
+        assert "stopped early" in text(app.query_one(HeaderPane))
+        await pilot.press("y")
+        assert app.messages[-1][0] == "warning" and "no recommendation" in app.messages[-1][1]
+        await pilot.press("s")
+        assert app.messages[-1] == ("warning", "no sweep is running")
+
+
+@sync
+async def test_q_mid_sweep_cancels_and_returns_130_promptly(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=2)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 2))
+        started = time.monotonic()
+        await pilot.press("q")
+        await pilot.pause()
+    assert time.monotonic() - started < 2.0
+    assert factory.sweeps[0].calls == ["cancel"]
+    assert app.return_code == 130
+    # The thread drained the stream to its end, so the engine got to write its final result.
+    assert factory.sweeps[0].result is not None and factory.sweeps[0].result.interrupted
+
+
+@sync
+async def test_q_while_paused_still_cancels(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=2)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 2))
+        await pilot.press("p", "q")
+    assert factory.sweeps[0].calls == ["pause", "cancel"]
+    assert app.return_code == 130
+
+
+@sync
+async def test_q_after_the_sweep_returns_0(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("q")
+    assert app.return_code == 0
+    assert factory.sweeps[0].calls == []
+
+
+@sync
+async def test_r_reruns_and_the_table_shows_the_change(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        first = app.state.result
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
+        settings, previous, only = factory.calls[1]
+        assert previous is first and only is None and settings == SETTINGS
+        table = app.query_one(ResultsTable)
+        assert [str(table.get_row_at(i)[8]) for i in range(table.row_count)] == ["+8%"] * 6 + [""]
+        assert app.state.previous is first
+        assert "previous" not in str(app.query_one(ThroughputChart).border_title)  # tall: in the legend instead
+
+
+@sync
+async def test_r_during_a_sweep_cancels_it_then_starts_over(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=2)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 2))
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
+        assert factory.sweeps[0].calls == ["cancel"]
+        # The cancelled sweep's two finished trials are the baseline of the new one.
+        assert factory.calls[1][1] is not None and len(factory.calls[1][1].trials) == 2
+        assert app.state.rows[0].change() == pytest.approx(0.08)
+        assert app.state.rows[3].change() is None
+
+
+@sync
+async def test_enter_reruns_the_highlighted_row_with_a_tighter_spread(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        rec = app.state.recommendation
+        await pilot.press("up", "up")  # from the recommended row (w=4) to w=2
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
+        settings, previous, only = factory.calls[1]
+        assert only is not None and [c.num_workers for c in only] == [2]
+        assert settings.target_spread == 0.02 and settings.trial_seconds == SETTINGS.trial_seconds * 2
+        assert previous is not None and len(previous.trials) == len(WORKERS)
+        table = app.query_one(ResultsTable)
+        assert table.row_count == len(WORKERS)
+        assert str(table.get_row_at(2)[8]) == "+8%"
+        assert app.state.recommendation is not None and rec is not None
+        assert app.state.recommendation.config == rec.config
+        assert "rerunning w=2 bs=32 pf=2 fork with more repeats" in app.messages[-1][1]
+
+
+@sync
+async def test_enter_during_a_sweep_only_warns(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=2)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 2))
+        await pilot.press("enter")
+        assert app.messages[-1][0] == "warning" and "a sweep is running" in app.messages[-1][1]
+        assert len(factory.sweeps) == 1
+        factory.sweeps[0].release()
+
+
+@sync
+async def test_plus_and_minus_change_the_worker_range_and_rerun(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("+")
+        await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
+        assert factory.calls[1][0].workers == (*WORKERS, 12, 16)
+        assert app.query_one(ResultsTable).row_count == len(WORKERS) + 2
+        assert ("information", "workers 0,1,2,3,4,6,8 → 0,1,2,3,4,6,8,12,16: rerunning") in app.messages
+        await pilot.press("minus")
+        await wait_until(pilot, lambda: len(factory.sweeps) == 3 and finished(app))
+        assert factory.calls[2][0].workers == WORKERS
+        await pilot.press("-")
+        await wait_until(pilot, lambda: len(factory.sweeps) == 4 and finished(app))
+        assert factory.calls[3][0].workers == (0, 1, 2, 3, 4)
+        assert app.query_one(ResultsTable).row_count == 5
+
+
+@sync
+async def test_e_exports_into_the_run_folder_with_the_engine_writers(
+    factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    written: list[str] = []
+    fake = types.ModuleType("loadertop.core.export")
+    for kind in ("json", "csv", "markdown"):
+
+        def writer(result: object, path: Path, kind: str = kind) -> None:
+            written.append(kind)
+            Path(path).write_text(kind)
+
+        setattr(fake, f"write_{kind}", writer)
+    monkeypatch.setitem(sys.modules, "loadertop.core.export", fake)
+    monkeypatch.setattr("loadertop.core.export", fake, raising=False)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("e")
+        run_dir = factory.sweeps[0].run_dir
+        assert written == ["json", "csv", "markdown"]
+        assert [p.name for p in app.exports] == ["result.json", "results.csv", "results.md"]
+        assert all(p.parent == run_dir and p.exists() for p in app.exports)
+        assert str(run_dir) in text(app.query_one(HeaderPane))  # the paths are shown
+        assert str(run_dir) in app.messages[-1][1]
+
+
+@sync
+async def test_e_falls_back_to_local_writers_and_works_mid_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "loadertop.core.export", None)  # import fails
+    factory = FakeSweepFactory(tmp_path, hold_at=3)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 3))
+        await pilot.press("e")
+        data = json.loads((factory.sweeps[0].run_dir / "result.json").read_text())
+        assert len(data["trials"]) == 3 and data["interrupted"] is True
+        assert (factory.sweeps[0].run_dir / "results.csv").read_text().count("\n") == 4
+        factory.sweeps[0].release()
+
+
+@sync
+async def test_e_before_any_trial_warns(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=0)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, held(factory, app, 0))
+        await pilot.press("e", "y")
+        assert [m for _, m in app.messages[-2:]] == [
+            "nothing to export yet: no trial has finished",
+            "no recommendation yet: it comes when the sweep ends",
+        ]
+        factory.sweeps[0].release()
+
+
+@sync
+async def test_y_copies_the_snippet_and_writes_snippet_py(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("y")
+        rec = app.state.recommendation
+        assert rec is not None
+        assert app.clipboard == rec.snippet
+        path = factory.sweeps[0].run_dir / "snippet.py"
+        assert app.snippet_path == path
+        body = path.read_text()
+        assert "loader = DataLoader(dataset, batch_size=32, num_workers=4" in body
+        assert "from torch.utils.data import DataLoader" in body and "# CPU-bound" in body
+        compile(body, str(path), "exec")
+        assert "OSC 52" in app.messages[-1][1]
+
+
+@sync
+async def test_question_mark_lists_every_key(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.press("?")
+        assert isinstance(app.screen, HelpScreen)
+        keys = app.screen.query_one("#help-keys", Static).content
+        assert isinstance(keys, Table)
+        listed = [(str(k), str(d)) for k, d in zip(keys.columns[0].cells, keys.columns[1].cells, strict=True)]
+        assert listed == [(b.key_display or b.key, b.tooltip) for b in LoadertopApp.BINDINGS]  # type: ignore[union-attr]
+        await pilot.press("?")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("?", "q")  # q closes the help, it does not quit
+        assert not isinstance(app.screen, HelpScreen) and app.is_running
+
+
+def test_every_key_is_in_the_footer_and_needs_no_modifier() -> None:
+    for binding in LoadertopApp.BINDINGS:
+        assert binding.show and binding.description and binding.id  # type: ignore[union-attr]
+        for key in binding.key.split(","):  # type: ignore[union-attr]
+            assert not key.startswith(("ctrl+", "alt+", "escape"))
+
+
+@sync
+async def test_footer_fits_80_columns(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        footer = app.screen.query_one("Footer")
+        keys = [w for w in footer.query("FooterKey")]
+        assert len(keys) == len(LoadertopApp.BINDINGS)
+        assert max(k.region.right for k in keys) <= 80
+
+
+@sync
+async def test_t_switches_to_the_light_theme_and_back(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.theme == "textual-dark"
+        await pilot.press("t")
+        assert app.theme == "textual-light"
+        await pilot.press("t")
+        assert app.theme == "textual-dark"
+    assert make_app(SETTINGS, sweep_factory=factory, theme="light").theme == "textual-light"
+
+
+@sync
+async def test_light_theme_from_the_environment(factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOADERTOP_THEME", "light")
+    assert make_app(SETTINGS, sweep_factory=factory).theme == "textual-light"
+
+
+@sync
+async def test_no_color_is_honoured_and_marks_survive(
+    factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = make_app(SETTINGS, sweep_factory=factory)
+    assert app.no_color
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        table = app.query_one(ResultsTable)
+        assert str(table.get_row_at(4)[0]) == "★◆"  # symbols, not only colour
+
+
+@sync
+async def test_too_small_terminal_shows_a_notice(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=(70, 20)) as pilot:
+        await pilot.pause()
+        notice = app.query_one("#too-small")
+        assert notice.display and "terminal too small: 70×20" in str(notice.render())
+        assert not app.query_one("#panes").display
+        await wait_until(pilot, lambda: finished(app))  # the sweep keeps running behind it
+        await pilot.resize_terminal(80, 24)
+        await pilot.pause()
+        assert not app.query_one("#too-small").display and app.query_one("#panes").display
+
+
+class CrashingSweep(FakeSweep):
+    def events(self) -> Iterator[Event]:
+        stream = super().events()
+        yield next(stream)
+        yield next(stream)
+        raise RuntimeError("runner exploded")
+
+
+@sync
+async def test_an_engine_error_is_shown_and_the_app_stays_up(tmp_path: Path) -> None:
+    def factory(settings, previous, only):  # type: ignore[no-untyped-def]
+        return CrashingSweep(settings, previous, only, machine=GPU_MACHINE, run_dir=tmp_path)
+
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.phase == "crashed")
+        assert "sweep failed: RuntimeError: runner exploded" in text(app.query_one(HeaderPane))
+        assert app.messages[-1][0] == "error"
+        await pilot.press("q")
+    assert app.return_code == 1
+
+
+@sync
+async def test_bad_input_from_the_factory_exits_2(tmp_path: Path) -> None:
+    def factory(settings, previous, only):  # type: ignore[no-untyped-def]
+        raise UsageError("--dataset nope.py:build: no such file")
+
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.phase == "crashed")
+        assert "no such file" in text(app.query_one(HeaderPane))
+        await pilot.press("q")
+    assert app.return_code == 2
+
+
+@sync
+async def test_samples_do_not_redraw_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = {"table": 0}
+    original = ResultsTable.update_view
+
+    def counting(self: ResultsTable) -> None:
+        calls["table"] += 1
+        original(self)
+
+    monkeypatch.setattr(ResultsTable, "update_view", counting)
+    factory = FakeSweepFactory(tmp_path)
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+    # mount + start + SweepStarted + (started, finished) per trial + one notice + SweepFinished: not per sample.
+    assert calls["table"] <= 3 + 2 * len(WORKERS) + 2
+
+
+@sync
+async def test_after_the_sweep_the_highlighted_row_fills_the_panes(factory: FakeSweepFactory) -> None:
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        assert "trial 5 w=4" in str(app.query_one(MemoryPane).border_title)
+        await pilot.press("down", "down")  # w=8: failed
+        assert "failed:" in text(app.query_one(LivePane))
+        await pilot.press("up")
+        assert "trial 6 w=6" in str(app.query_one(MemoryPane).border_title)
+
+
+def test_run_tui_returns_the_app_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import loadertop.tui as tui
+
+    seen: dict[str, object] = {}
+
+    def fake_run(self: LoadertopApp) -> None:
+        seen["factory"] = self.sweep_factory
+        self._return_code = 130
+
+    monkeypatch.setattr(LoadertopApp, "run", fake_run)
+    assert tui.run_tui(SETTINGS, out_dir=tmp_path) == 130
+    assert callable(seen["factory"])
+
+
+@sync
+async def test_enter_right_after_arrow_keys_reruns_the_row_they_moved_to(factory: FakeSweepFactory) -> None:
+    # Over SSH the keys arrive together: enter must see the cursor where the arrows left it.
+    app = make_app(SETTINGS, sweep_factory=factory)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        for key in ("down", "down", "enter"):
+            app.post_message(events.Key(key, None))
+        await wait_until(pilot, lambda: len(factory.sweeps) == 2)
+        assert [c.num_workers for c in factory.calls[1][2] or []] == [8]
+
+
+@sync
+async def test_a_previous_result_from_disk_is_the_baseline(tmp_path: Path) -> None:
+    first = FakeSweepFactory(tmp_path / "a")
+    sweep = first(SETTINGS, None, None)
+    for _ in sweep.events():
+        pass
+    factory = FakeSweepFactory(tmp_path / "b")
+    factory.sweeps.append(sweep)  # so the next one is "8% faster"
+    app = make_app(SETTINGS, sweep_factory=factory, previous=sweep.result)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
+        assert factory.calls[0][1] is sweep.result
+        assert [row.change() for row in app.state.rows][:6] == pytest.approx([0.08] * 6)

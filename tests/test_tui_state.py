@@ -1,0 +1,183 @@
+"""The TUI's model and helpers, without Textual: the fake's event stream folded into SweepState."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from tui_fakes import BLOCKS, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory
+
+from loadertop.core.config import TrialConfig
+from loadertop.core.events import ProbeSample, SweepFinished, TrialFinished
+from loadertop.tui import fmt, ranges
+from loadertop.tui.state import SweepState, _climbing, _slope
+
+
+def run(sweep: FakeSweep, state: SweepState, only: bool = False) -> SweepState:
+    state.begin(only=only)
+    for event in sweep.events():
+        state.apply(event)
+    return state
+
+
+def test_a_whole_sweep_fills_rows_traces_and_the_result(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path)
+    state = run(factory(SETTINGS, None, None), SweepState())
+    assert [row.config.num_workers for row in state.rows] == list(WORKERS)
+    assert [row.status for row in state.rows] == ["ok"] * 6 + ["failed"]
+    assert state.phase == "finished" and state.result is not None
+    assert state.recommendation is not None and state.recommendation.config.num_workers == 4
+    knee_rows = [row.config.num_workers for row in state.rows if state.is_knee(row)]
+    assert knee_rows == [4]
+    assert state.selected == state.recommendation.config
+    trace = state.traces[state.recommendation.config]
+    assert len(trace.batches_per_s) == BLOCKS
+    workers = trace.workers()
+    assert [w.label for w in workers] == ["w0", "w1", "w2", "w3"]
+    assert [w.climbing for w in workers] == [False, False, False, True]  # the fake's last worker grows
+
+
+def test_dirty_sets_keep_the_table_out_of_sample_updates(tmp_path: Path) -> None:
+    state = SweepState()
+    state.begin(only=False)
+    for event in FakeSweepFactory(tmp_path)(SETTINGS, None, None).events():
+        dirty = state.apply(event)
+        if isinstance(event, ProbeSample):
+            assert "table" not in dirty and "chart" not in dirty
+        if isinstance(event, (TrialFinished, SweepFinished)):
+            assert {"table", "chart"} <= dirty
+
+
+def test_a_rerun_compares_each_row_with_the_previous_run(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path)
+    state = run(factory(SETTINGS, None, None), SweepState())
+    first = state.result
+    run(factory(SETTINGS, first, None), state)  # 8% faster
+    changes = [row.change() for row in state.rows]
+    assert changes[:6] == pytest.approx([0.08] * 6)
+    assert changes[6] is None  # failed both times
+    assert state.previous is first
+
+
+def test_a_row_rerun_keeps_the_table_and_the_recommendation(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path)
+    state = run(factory(SETTINGS, None, None), SweepState())
+    rec = state.recommendation
+    target = state.rows[2].config
+    tight = replace(SETTINGS, target_spread=0.02, trial_seconds=16.0)
+    run(factory(tight, state.result, [target]), state, only=True)
+    assert len(state.rows) == len(WORKERS)
+    assert state.rows[2].change() == pytest.approx(0.08)
+    assert all(row.change() is None for i, row in enumerate(state.rows) if i != 2)
+    # The rerun's own result knows one row; the table is judged again as a whole (by the engine's analysis).
+    assert state.recommendation is not None and rec is not None
+    assert state.recommendation.config == rec.config and "6 workers" in state.recommendation.reason
+    assert state.result is not None and len(state.result.trials) == len(WORKERS)
+    assert state.result.settings == SETTINGS  # not the tightened settings of the one-row rerun
+
+
+def test_an_interrupted_sweep_marks_what_never_ran(tmp_path: Path) -> None:
+    sweep = FakeSweepFactory(tmp_path)(SETTINGS, None, None)
+    state = SweepState()
+    state.begin(only=False)
+    for event in sweep.events():
+        state.apply(event)
+        if isinstance(event, TrialFinished) and event.result.index == 1:
+            sweep.stop_after_current()
+    assert [row.status for row in state.rows] == ["ok", "ok"] + ["not run"] * 5
+    assert state.result is not None and state.result.interrupted
+    assert state.recommendation is None
+    snapshot = state.snapshot()
+    assert snapshot is not None and len(snapshot.trials) == 2
+
+
+def test_eta_counts_down_from_the_trial_budget_then_from_measured_trials(tmp_path: Path) -> None:
+    state = SweepState()
+    state.begin(only=False)
+    events = FakeSweepFactory(tmp_path)(SETTINGS, None, None).events()
+    state.apply(next(events))
+    assert state.eta() == pytest.approx(7 * (SETTINGS.trial_seconds + 2))
+    for event in events:
+        state.apply(event)
+        if isinstance(event, TrialFinished) and event.result.index == 2:
+            break
+    per_trial = state.finish_times[-1] / 3
+    assert state.eta() == pytest.approx(per_trial * 4)
+
+
+def test_slope_and_climbing() -> None:
+    flat = [(t, 100.0) for t in range(0, 30, 2)]
+    assert _slope(flat) == pytest.approx(0.0)
+    assert not _climbing(flat, _slope(flat))
+    rising = [(float(t), 100.0 + 0.1 * t) for t in range(0, 30, 2)]
+    assert _slope(rising) == pytest.approx(6.0)
+    assert _climbing(rising, _slope(rising))
+    short = rising[:3]
+    assert not _climbing(short, 6.0)  # not watched long enough
+    one_step = [(float(t), 100.0 if t < 20 else 110.0) for t in range(0, 30, 2)]
+    assert not _climbing(one_step, _slope(one_step))  # one jump, one change: too few to call it steady
+
+
+def test_spark_rescales_pins_and_pads() -> None:
+    assert fmt.spark([], 4) == "    "
+    assert fmt.spark([0, 50, 100], 3, lo=0, hi=100) == "▁▅█"
+    assert fmt.spark([1, 2, 3, 4, 5], 3) == "▁▅█"  # the last `width` values, window min..max
+    assert fmt.spark([100.0, 100.5], 2, min_range=10) == "▄▅"  # noise does not look like a climb
+    assert fmt.spark([5], 3) == "  ▁"
+
+
+def test_formatting() -> None:
+    assert fmt.rate(4310.2) == "4,310"
+    assert fmt.rate(25.13) == "25.1"
+    assert fmt.mb(512) == "512 MB" and fmt.mb(2048) == "2.0 GB" and fmt.mb(2048, short=True) == "2.0G"
+    assert fmt.clock(3725) == "1:02:05" and fmt.clock(78) == "1:18"
+    assert fmt.signed_pct(0.081) == "+8%"
+    assert fmt.no_gpu_line("NVML library not found") == "no NVIDIA GPU: NVML library not found"
+    assert fmt.no_gpu_line("unavailable: NVML library not found") == "no NVIDIA GPU: NVML library not found"
+
+
+@pytest.mark.parametrize(
+    ("workers", "wider", "narrower"),
+    [
+        ((0, 1, 2, 4), (0, 1, 2, 4, 6, 8), (0, 1, 2)),
+        (WORKERS, (*WORKERS, 12, 16), (0, 1, 2, 3, 4)),
+        ((0,), (0, 1, 2), None),
+        ((0, 1), (0, 1, 2), None),
+    ],
+)
+def test_widen_and_narrow(workers: tuple[int, ...], wider: tuple[int, ...], narrower: tuple[int, ...] | None) -> None:
+    assert ranges.widen(workers) == wider
+    assert ranges.narrow(workers) == narrower
+
+
+def test_knee_is_marked_on_the_recommended_family_only(tmp_path: Path) -> None:
+    settings = replace(SETTINGS, batch_sizes=(32, 64), workers=(0, 2, 4))
+    state = run(FakeSweepFactory(tmp_path)(settings, None, None), SweepState())
+    marked = [(r.config.batch_size, r.config.num_workers) for r in state.rows if state.is_knee(r)]
+    assert marked == [(32, 4)]
+    assert TrialConfig(4, 64, 2, False, False, "fork") in [r.config for r in state.rows]
+
+
+def test_a_repeated_finalist_is_one_row_showing_the_mean(tmp_path: Path) -> None:
+    four = TrialConfig(4, 32, 2, False, False, "fork")
+    three = TrialConfig(3, 32, 2, False, False, "fork")
+    sweep = FakeSweepFactory(tmp_path)(SETTINGS, None, [three, four, four])
+    state = run(sweep, SweepState())  # planned as a whole sweep that measures w=4 twice
+    assert [row.config for row in state.rows] == [three, four]
+    row = state.rows[1]
+    assert len(row.runs) == 2 and row.status == "ok"
+    assert row.samples_per_s() == pytest.approx(4310.0)
+
+
+def test_a_configuration_added_mid_sweep_slots_into_its_climb(tmp_path: Path) -> None:
+    configs = [TrialConfig(w, 32, 2 if w else None, False, False, "fork" if w else None) for w in (0, 2, 8, 4)]
+    sweep = FakeSweepFactory(tmp_path)(SETTINGS, None, configs[:3])
+    state = SweepState()
+    state.begin(only=False)
+    events = list(sweep.events())
+    state.apply(events[0])  # planned 0, 2, 8
+    for event in events[1:]:
+        state.apply(event)
+    state.row_for(configs[3])  # an adaptive search bisects between 2 and 8
+    assert [row.config.num_workers for row in state.rows] == [0, 2, 4, 8]
