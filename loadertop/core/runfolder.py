@@ -14,13 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.results import SweepResult, TrialResult
+from loadertop.core.config import Settings
+from loadertop.core.results import MachineInfo, SweepResult, TrialResult
 
 DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "loadertop" / "runs"
 
 SETTINGS = "settings.json"
 TRIALS = "trials.jsonl"
 RESULT = "result.json"
+MACHINE = "machine.json"
 LOG = "runner.log"
 
 
@@ -40,11 +42,27 @@ def write_atomic(path: Path, text: str) -> None:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
+            # mkstemp makes 0600 files; an export should read like any other file (or keep its old mode).
+            os.fchmod(handle.fileno(), path.stat().st_mode & 0o777 if path.exists() else 0o644)
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)  # the rename itself must survive a power cut, not only the bytes
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # some file systems cannot sync a folder; the data itself is synced
+    finally:
+        os.close(fd)
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -52,10 +70,15 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def append_trial(run_dir: Path, trial: TrialResult) -> None:
-    with open(run_dir / TRIALS, "a") as handle:
+    """One line, one write, one fsync: a kill at any moment leaves whole lines and at most a torn last one."""
+    path = Path(run_dir) / TRIALS
+    new = not path.exists()
+    with open(path, "a") as handle:
         handle.write(json.dumps(trial.to_dict()) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
+    if new:
+        _fsync_dir(path.parent)
 
 
 def read_trials(run_dir: Path) -> list[TrialResult]:
@@ -87,5 +110,60 @@ def read_result(path: Path) -> SweepResult:
         return SweepResult.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such result file") from None
-    except (ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a loadertop result ({type(exc).__name__}: {exc})") from None
+
+
+def read_trials_strict(run_dir: Path) -> list[TrialResult]:
+    """The trial log of a run to resume: every line must be a trial, except a torn last line (the run was
+    killed mid-write), which is dropped. ValueError with one line naming the file and line otherwise."""
+    path = Path(run_dir) / TRIALS
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return []  # killed before its first trial finished: nothing to keep
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: unreadable ({type(exc).__name__}: {exc})") from None
+    lines = text.split("\n")
+    trials = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            trials.append(TrialResult.from_dict(json.loads(line)))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            if number == len(lines):  # no newline after it: the write that was cut short
+                continue
+            raise ValueError(f"{path} line {number}: not a trial record ({type(exc).__name__}: {exc})") from None
+    return trials
+
+
+def read_settings(run_dir: Path) -> Settings:
+    path = Path(run_dir) / SETTINGS
+    if not Path(run_dir).is_dir():
+        raise ValueError(f"{run_dir}: not a folder (give a run folder)")
+    try:
+        return Settings.from_dict(json.loads(path.read_text()))
+    except FileNotFoundError:
+        raise ValueError(f"{run_dir}: not a loadertop run folder (no {SETTINGS})") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path}: corrupt ({type(exc).__name__}: {exc})") from None
+
+
+def read_run(path: Path) -> SweepResult:
+    """A previous run to compare with: a result.json, or a run folder; a folder whose sweep was killed
+    before it wrote result.json is rebuilt from its settings, machine and trial log."""
+    path = Path(path)
+    if not path.exists():
+        raise ValueError(f"{path}: no such run folder or result file")
+    if not path.is_dir() or (path / RESULT).exists():
+        return read_result(path)
+    settings = read_settings(path)
+    try:
+        machine = MachineInfo.from_dict(json.loads((path / MACHINE).read_text()))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: not a finished loadertop run (no {RESULT} or {MACHINE})") from None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{path / MACHINE}: corrupt ({type(exc).__name__}: {exc})") from None
+    trials = tuple(read_trials_strict(path))
+    return SweepResult(machine, settings, trials, None, None, run_dir=str(path), interrupted=True)

@@ -1,0 +1,100 @@
+"""Crash reports a user can act on: the dataset's own exception text and the sample index.
+
+A DataLoader worker's exception reaches the training loop wrapped ("Caught ValueError in DataLoader worker
+process 0. Original Traceback ..."); `describe` digs out the dataset's own last line. The index is not in
+any traceback, so `note_indices` gives the dataset's class a thin subclass whose `__getitem__` adds a note
+("loadertop: sample index 17") to what it raises; notes travel inside the worker's formatted traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+NOTE = "loadertop: sample index "
+_WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)\.")
+_SUBCLASSES: dict[type, type] = {}
+
+
+def _add_note(exc: BaseException, where: str) -> None:
+    add = getattr(exc, "add_note", None)  # Python 3.11+
+    notes = getattr(exc, "__notes__", ())
+    if add is not None and not any(str(n).startswith(NOTE) for n in notes):
+        add(NOTE + where)
+
+
+def _noting_subclass(cls: type) -> type:
+    if cls in _SUBCLASSES:
+        return _SUBCLASSES[cls]
+    getitem = cls.__getitem__  # type: ignore[attr-defined]
+    namespace: dict[str, Any] = {"__slots__": (), "__module__": cls.__module__, "__qualname__": cls.__qualname__}
+
+    def __getitem__(self: Any, index: Any) -> Any:
+        try:
+            return getitem(self, index)
+        except Exception as exc:
+            _add_note(exc, repr(index))
+            raise
+
+    namespace["__getitem__"] = __getitem__
+    getitems = getattr(cls, "__getitems__", None)
+    if getitems is not None:  # torch fetches whole batches through it when a dataset has one
+
+        def __getitems__(self: Any, indices: Any) -> Any:
+            try:
+                return getitems(self, indices)
+            except Exception as exc:
+                shown = list(indices)
+                _add_note(exc, f"one of {shown[:8]}{' …' if len(shown) > 8 else ''}")
+                raise
+
+        namespace["__getitems__"] = __getitems__
+    sub = type(cls)(cls.__name__, (cls,), namespace)
+    _SUBCLASSES[cls] = sub
+    return sub
+
+
+def note_indices(dataset: Any, pickled: bool) -> Any:
+    """Make `dataset` (in place) note the failing index on exceptions. Same object, still an instance of its
+    class. Skipped for spawn/forkserver workers (`pickled`): the subclass cannot be pickled by reference."""
+    if pickled or not hasattr(type(dataset), "__getitem__"):
+        return dataset
+    try:
+        from torch.utils.data import IterableDataset
+
+        if isinstance(dataset, IterableDataset):
+            return dataset
+        dataset.__class__ = _noting_subclass(type(dataset))
+    except (TypeError, AttributeError):  # builtins, odd layouts: no index, no harm
+        pass
+    return dataset
+
+
+def describe(exc: BaseException) -> str:
+    """One line: the dataset's own `Type: message`, then where (worker, index) when known."""
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and "exited unexpectedly" in text:
+        return describe(cause)  # torch's SIGCHLD handler said how the worker died ("killed by signal: ...")
+    notes = [str(n) for n in getattr(exc, "__notes__", ())]
+    worker = _WORKER.match(text)
+    if worker and "Original Traceback" in text:
+        own, inner_notes = _last_exception(text.split("Original Traceback", 1)[1])
+        where = [f"in DataLoader worker {worker.group(2)}"]
+        where += [n.removeprefix("loadertop: ") for n in inner_notes if n.startswith(NOTE)]
+        return f"{own or worker.group(1)} ({', '.join(where)})"
+    head = f"{type(exc).__name__}: {text}".strip().rstrip(":") if text else type(exc).__name__
+    head = " ".join(head.split())
+    index = [n.removeprefix("loadertop: ") for n in notes if n.startswith(NOTE)]
+    return f"{head} ({index[0]})" if index else head
+
+
+def _last_exception(traceback_text: str) -> tuple[str, list[str]]:
+    """From a formatted traceback: the final exception's lines (after the last indented frame line), split
+    into its `Type: message` (joined to one line) and the notes that follow it."""
+    lines = traceback_text.rstrip().splitlines()
+    last_indented = max((i for i, line in enumerate(lines) if line.startswith(" ")), default=-1)
+    tail = [line for line in lines[last_indented + 1 :] if line.strip()]
+    notes = [line for line in tail if line.startswith("loadertop: ")]
+    message = " ".join(line.strip() for line in tail if not line.startswith("loadertop: "))
+    return message, notes

@@ -1,0 +1,471 @@
+"""Guards that keep a sweep from hurting the machine: the memory floor, /dev/shm space, the open-file limit.
+
+The memory guard acts twice. Before each trial it predicts the trial's footprint from what the trials so
+far used (peak per-worker USS and main-process PSS from the probes) and skips the trial when it would take
+free memory below the floor. While a trial runs, a watcher thread reads MemAvailable (and the cgroup
+headroom) every 50 ms and kills the trial's process group when free memory, extrapolated at its current
+rate of fall to the next check, would cross the floor. The 0.5 s probe tick alone is too slow: a worker
+that touches pages at 5 GB/s eats 2.5 GB between ticks. The kernel's OOM killer must never be the one
+to act; if it does anyway, `prefer_oom_kill` has made our trial processes its first choice.
+
+Memory figures are MiB throughout ("MB" in names, as elsewhere in loadertop).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+from loadertop.core.config import TrialConfig, UsageError
+from loadertop.core.events import ProbeSample
+from loadertop.core.machine import (
+    _V1_UNLIMITED_BYTES,
+    CGROUP_ROOT,
+    MB,
+    PROC_SELF_CGROUP,
+    _chain,
+    _own_paths,
+    _read,
+    _read_int,
+    _v1_dir,
+    cgroup_memory_headroom_mb,
+)
+from loadertop.core.results import TrialResult
+
+GUARD_PERIOD_S = 0.05  # the watcher's check interval while a trial runs
+KILL_LATENCY_S = 0.05  # from the decision to the kernel stopping the processes, counted in the projection
+SHM_WARN_MB = 1024.0  # below this /dev/shm is a likely "Bus error" for multi-worker loaders
+FD_RESERVE = 64  # descriptors the trial's main process holds besides the batches in flight
+
+_UNITS = {"": None, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SHARE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*%\s*$")
+
+
+# -- the floor ---------------------------------------------------------------------------------------------
+
+
+def cgroup_memory_limit_mb(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> float | None:
+    """The tightest cgroup memory limit over our cgroup's ancestry (memory.max, v1 limit_in_bytes); None if none."""
+    own = _own_paths(proc_cgroup)
+    limits: list[int] = []
+    if (cgroup_root / "cgroup.controllers").exists():
+        for directory in _chain(cgroup_root, own.get("")):
+            text = _read(directory / "memory.max")
+            if text and text != "max" and text.isdigit():
+                limits.append(int(text))
+    else:
+        v1 = _v1_dir(cgroup_root, "memory")
+        for directory in _chain(v1, own.get("memory")) if v1 is not None else []:
+            value = _read_int(directory / "memory.limit_in_bytes")
+            if value is not None and value < _V1_UNLIMITED_BYTES:
+                limits.append(value)
+    return min(limits) / MB if limits else None
+
+
+def memory_total_mb() -> float:
+    """The memory this job may use: RAM, or the cgroup limit when a container sets a smaller one."""
+    ram = psutil.virtual_memory().total / MB
+    limit = cgroup_memory_limit_mb()
+    return min(ram, limit) if limit is not None else ram
+
+
+def default_floor_mb(total_mb: float) -> float:
+    """The larger of 10% of memory and 2 GiB; in a small container (under 8 GiB) at most a quarter of it,
+    so that a 2 GiB container can still run anything at all."""
+    return max(0.10 * total_mb, min(2048.0, 0.25 * total_mb))
+
+
+def parse_mem_floor(text: str, total_mb: float) -> float:
+    """`4GiB`, `512MiB`, `2G`, `10%` or `0` (guard off) into MiB; UsageError naming the problem otherwise.
+
+    Sizes are binary: 4G, 4GB and 4GiB are all 4 × 2**30 bytes. An empty string is the default floor."""
+    if not text.strip():
+        return default_floor_mb(total_mb)
+    if share := _SHARE.match(text):
+        value = float(share.group(1))
+        if value >= 100:
+            raise UsageError(f"--mem-floor {text!r}: a share must be below 100%")
+        return total_mb * value / 100
+    size = _SIZE.match(text)
+    if size is None:
+        raise UsageError(f"--mem-floor {text!r}: expected a size such as 4GiB or 512MiB, or a share such as 10%")
+    value, unit = float(size.group(1)), _UNITS[size.group(2).lower()]
+    if unit is None:
+        if value != 0:
+            raise UsageError(f"--mem-floor {text!r}: give a unit (4GiB, 512MiB) or a share (10%)")
+        return 0.0
+    floor = value * unit / MB
+    if floor >= total_mb:
+        raise UsageError(f"--mem-floor {text!r}: at or above the {total_mb / 1024:.1f} GiB this job may use")
+    return floor
+
+
+def read_mem_available_mb() -> float:
+    """MemAvailable from /proc/meminfo (40 µs; psutil parses the whole file and takes 110 µs)."""
+    try:
+        with open("/proc/meminfo", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return psutil.virtual_memory().available / MB
+
+
+def free_mb(mem_available: float, cgroup_headroom: float | None) -> float:
+    """Free memory as this job sees it: the tighter of the system's MemAvailable and the cgroup's headroom."""
+    return mem_available if cgroup_headroom is None else min(mem_available, cgroup_headroom)
+
+
+def read_free_mb() -> float:
+    return free_mb(read_mem_available_mb(), cgroup_memory_headroom_mb())
+
+
+class FreeMemory:
+    """`read_free_mb` for a 20 Hz loop: the cgroup files that hold a limit are found once (walking
+    /proc/self/cgroup and the hierarchy costs ~0.6 ms a call here), then only they are read."""
+
+    def __init__(self, cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> None:
+        own = _own_paths(proc_cgroup)
+        self._pairs: list[tuple[Path, Path]] = []  # (limit file, usage file) for each cgroup with a limit
+        if (cgroup_root / "cgroup.controllers").exists():
+            for directory in _chain(cgroup_root, own.get("")):
+                text = _read(directory / "memory.max")
+                if text and text != "max":
+                    self._pairs.append((directory / "memory.max", directory / "memory.current"))
+        elif (v1 := _v1_dir(cgroup_root, "memory")) is not None:
+            for directory in _chain(v1, own.get("memory")):
+                limit = _read_int(directory / "memory.limit_in_bytes")
+                if limit is not None and limit < _V1_UNLIMITED_BYTES:
+                    self._pairs.append((directory / "memory.limit_in_bytes", directory / "memory.usage_in_bytes"))
+
+    def headroom_mb(self) -> float | None:
+        rooms = []
+        for limit_file, usage_file in self._pairs:
+            limit, usage = _read_int(limit_file), _read_int(usage_file)
+            if limit is not None and usage is not None:
+                rooms.append(max(0.0, (limit - usage) / MB))
+        return min(rooms) if rooms else None
+
+    def __call__(self) -> float:
+        return free_mb(read_mem_available_mb(), self.headroom_mb())
+
+
+def prefer_oom_kill() -> None:
+    """Make this process (and what it forks) the kernel OOM killer's first choice, not someone's training
+    job. Raising one's own oom_score_adj needs no privilege; where /proc is missing this does nothing."""
+    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write("1000")
+
+
+# -- the memory guard ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrialMemory:
+    """What the guard saw during one trial (MiB)."""
+
+    free_before_mb: float
+    lowest_mb: float
+    floor_mb: float
+    stopped: bool  # the guard killed the trial
+    why: str = ""  # the reading that made it act
+
+    def describe(self) -> str:
+        return (
+            f"stopped by the memory guard: {self.why}; free memory {self.free_before_mb:,.0f} MiB before the trial, "
+            f"lowest seen {self.lowest_mb:,.0f} MiB, floor {self.floor_mb:,.0f} MiB (--mem-floor)"
+        )
+
+
+class MemoryGuard:
+    """Predicts trial footprints, skips trials that would not fit, and stops trials that grow past the floor.
+
+    `kill` is called (from the watcher or probe thread) to SIGKILL the running trial's process group.
+    `read_free` returns free memory in MiB and `clock` the time in seconds; tests may pass their own.
+    """
+
+    def __init__(
+        self,
+        floor_mb: float,
+        kill: Callable[[], None],
+        *,
+        read_free: Callable[[], float] | None = None,
+        period: float = GUARD_PERIOD_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.floor_mb = floor_mb
+        self._kill = kill
+        self._read_free = read_free or FreeMemory()
+        self._clock = clock
+        self.period = period
+        self._lock = threading.Lock()
+        self._armed = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        # the running trial
+        self._index: int | None = None
+        self._workers = 0
+        self._free_before = 0.0
+        self._lowest = 0.0
+        self._last: tuple[float, float] | None = None  # (monotonic time, free MiB) of the previous check
+        self._why: str | None = None
+        self._main_peak: float | None = None
+        self._worker_peak: float | None = None
+        # learned from the trials so far
+        self._main_no_workers: float | None = None  # main-process PSS with 0 workers (it does the loading)
+        self._main_with_workers: float | None = None
+        self._per_worker: float | None = None  # peak USS of one worker
+        self._stopped_workers: list[int] = []  # worker counts of trials the guard stopped
+        self._stopped_per_process = 0.0  # memory those trials took per process before they were stopped
+
+    # -- the watcher thread --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None and self.floor_mb > 0:
+            self._thread = threading.Thread(target=self._watch, name="loadertop-memory-guard", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._armed.set()
+        if self._thread is not None:
+            self._thread.join(1.0)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            if not self._armed.wait(0.5):
+                continue
+            with contextlib.suppress(Exception):  # a failed read must not end the watch
+                self._check(self._read_free(), self._clock())
+            self._stop.wait(self.period)
+
+    # -- one trial -----------------------------------------------------------------------------------------
+
+    def arm(self, index: int, config: TrialConfig) -> None:
+        """A trial process exists: watch it until `disarm`."""
+        free = self._read_free()
+        with self._lock:
+            self._index, self._workers = index, config.num_workers
+            self._free_before = self._lowest = free
+            self._last, self._why = None, None
+            self._main_peak = self._worker_peak = None
+        self._armed.set()
+
+    @property
+    def tripped(self) -> bool:
+        return self._why is not None
+
+    def disarm(self) -> TrialMemory | None:
+        """The trial is over: learn from it and say what was seen (None when no trial was armed)."""
+        self._armed.clear()
+        with self._lock:
+            if self._index is None:
+                return None
+            seen = TrialMemory(self._free_before, self._lowest, self.floor_mb, self._why is not None, self._why or "")
+            if self._workers == 0:
+                self._main_no_workers = _max(self._main_no_workers, self._main_peak)
+            else:
+                self._main_with_workers = _max(self._main_with_workers, self._main_peak)
+                self._per_worker = _max(self._per_worker, self._worker_peak)
+            if seen.stopped:
+                self._stopped_workers.append(self._workers)
+                taken = max(0.0, seen.free_before_mb - seen.lowest_mb) / (self._workers + 1)
+                self._stopped_per_process = max(self._stopped_per_process, taken)
+            self._index = None
+        return seen
+
+    def observe(self, sample: ProbeSample) -> None:
+        """A probe tick: the same live check (cgroup included) and the peaks the predictions learn from."""
+        if sample.index is None or sample.index != self._index:
+            return
+        self._check(free_mb(sample.mem_available_mb, sample.cgroup_mem_headroom_mb), self._clock())
+        uss = [w.uss_mb for w in sample.workers if w.uss_mb is not None]
+        with self._lock:
+            if uss:
+                self._worker_peak = _max(self._worker_peak, max(uss))
+            if sample.total_pss_mb is not None and len(uss) == len(sample.workers):
+                # Workers' PSS is at least their USS, so this slightly overstates the main process: safe side.
+                self._main_peak = _max(self._main_peak, sample.total_pss_mb - sum(uss))
+
+    def _check(self, free: float, now: float) -> None:
+        with self._lock:
+            if self._index is None:
+                return
+            self._lowest = min(self._lowest, free)
+            rate = 0.0
+            if self._last is not None and now > self._last[0]:
+                rate = max(0.0, (self._last[1] - free) / (now - self._last[0]))
+            self._last = (now, free)
+            if self._why is not None or self.floor_mb <= 0:
+                return
+            projected = free - rate * (self.period + KILL_LATENCY_S)
+            if projected >= self.floor_mb:
+                return
+            if free < self.floor_mb:
+                self._why = f"free memory fell to {free:,.0f} MiB"
+            else:
+                self._why = f"free memory {free:,.0f} MiB, falling {rate:,.0f} MiB/s, was about to cross the floor"
+        self._kill()
+
+    # -- before a trial -------------------------------------------------------------------------------------
+
+    def learn(self, trial: TrialResult) -> None:
+        """A trial measured earlier (a resumed run): its steady-window memory feeds the predictions."""
+        if trial.status != "ok" or trial.total_pss_mb is None:
+            return
+        workers = sum(trial.worker_uss_mb)
+        with self._lock:
+            if trial.config.num_workers == 0:
+                self._main_no_workers = _max(self._main_no_workers, trial.total_pss_mb)
+            elif trial.worker_uss_mb:
+                self._main_with_workers = _max(self._main_with_workers, trial.total_pss_mb - workers)
+                self._per_worker = _max(self._per_worker, max(trial.worker_uss_mb))
+
+    def predict_mb(self, config: TrialConfig) -> tuple[float, str] | None:
+        """The trial's expected footprint and how it was reckoned; None before anything was measured."""
+        n = config.num_workers
+        with self._lock:
+            main0, main_n, worker = self._main_no_workers, self._main_with_workers, self._per_worker
+            stopped = self._stopped_per_process
+        if n == 0:
+            if main0 is not None:
+                need, how = main0, f"the main process took {main0:,.0f} MiB with 0 workers"
+            elif main_n is not None and worker is not None:
+                need, how = main_n + worker, "the main process plus one worker's load"
+            else:
+                need, how = 0.0, ""
+        else:
+            main = main_n if main_n is not None else main0
+            # Before any trial with workers, a worker is assumed to hold what the lone main process held.
+            per = worker if worker is not None else main0
+            if main is None or per is None:
+                need, how = 0.0, ""
+            else:
+                need, how = main + n * per, f"main {main:,.0f} MiB + {n} × {per:,.0f} MiB per worker"
+        if stopped * (n + 1) > need:
+            need, how = stopped * (n + 1), f"{stopped:,.0f} MiB per process, as taken by a trial the guard stopped"
+        return (need, how) if how else None
+
+    def check_before(self, config: TrialConfig) -> str | None:
+        """The reason to skip this trial, or None to run it."""
+        if self.floor_mb <= 0:
+            return None
+        free = self._read_free()
+        if free < self.floor_mb:
+            return (
+                f"memory guard: free memory {free:,.0f} MiB is already below the floor {self.floor_mb:,.0f} MiB "
+                f"(--mem-floor)"
+            )
+        with self._lock:
+            stopped = [n for n in self._stopped_workers if n <= config.num_workers]
+        if stopped:
+            return (
+                f"memory guard: a trial with {min(stopped)} workers was stopped for memory; "
+                f"{config.num_workers} workers would need more"
+            )
+        prediction = self.predict_mb(config)
+        if prediction is not None and free - prediction[0] < self.floor_mb:
+            need, how = prediction
+            return (
+                f"memory guard: predicted {need:,.0f} MiB ({how}) would leave {free - need:,.0f} of "
+                f"{free:,.0f} MiB free, below the floor {self.floor_mb:,.0f} MiB (--mem-floor)"
+            )
+        return None
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else max(a, b)
+
+
+# -- /dev/shm and open files ---------------------------------------------------------------------------------
+
+
+def shm_problem(free: float | None, threshold: float = SHM_WARN_MB) -> str | None:
+    """A warning when /dev/shm is small (Docker's default is 64 MB); None when it is fine or absent."""
+    if free is None or free >= threshold:
+        return None
+    return (
+        f"/dev/shm has only {free:,.0f} MiB free: DataLoader workers hand every batch over through it, and "
+        f"when it fills they die with 'Bus error'. In Docker run with --shm-size=8g (or --ipc=host); "
+        f"on Kubernetes mount an emptyDir with medium: Memory at /dev/shm"
+    )
+
+
+def shm_hint(error: str, free: float | None) -> str:
+    """Append what /dev/shm looks like to a failure that smells of it (SIGBUS, 'shared memory')."""
+    lowered = error.lower()
+    if "bus error" not in lowered and "sigbus" not in lowered and "shared memory" not in lowered:
+        return error
+    where = "" if free is None else f", {free:,.0f} MiB free now"
+    return f"{error} (/dev/shm is where workers put batches{where}; a full /dev/shm kills them with SIGBUS)"
+
+
+class DieWithParent:
+    """A `worker_init_fn` (wrapping the dataset's own, if any) that has the kernel SIGKILL a DataLoader worker
+    when the process that started it dies. Without it, workers whose trial and runner were both killed live on:
+    torch's watchdog looks for a dead parent only between index reads, and a worker whose result pipe is full
+    (its sibling workers keep the read end open) blocks at exit forever. Picklable for spawn workers."""
+
+    def __init__(self, user: Callable[[int], object] | None, direct_child: bool) -> None:
+        self.user = user
+        self.trial = os.getpid()  # built in the trial process
+        self.direct_child = direct_child  # fork and spawn workers are the trial's children; forkserver's are not
+
+    def __call__(self, worker_id: int) -> None:
+        if sys.platform.startswith("linux"):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            # A spawn worker takes seconds to get here (it imports torch): its trial may be gone already.
+            try:
+                os.kill(self.trial, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            if self.direct_child and os.getppid() != self.trial:
+                os._exit(1)
+        if self.user is not None:
+            self.user(worker_id)
+
+
+def open_files_limit() -> int | None:
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return None
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+def fd_problem(config: TrialConfig, files_per_sample: int, limit: int | None) -> str | None:
+    """Warn when the batches in flight could hold more descriptors than `ulimit -n` allows.
+
+    With torch's default `file_descriptor` sharing strategy every shared tensor in flight is an open file
+    in the main process; in the worst case (a collate that keeps per-sample tensors, or a dataset that
+    returns open files) that is workers × prefetch × batch size × files per sample."""
+    if limit is None or config.num_workers == 0:
+        return None
+    prefetch = config.prefetch_factor or 2
+    need = config.num_workers * prefetch * config.batch_size * files_per_sample
+    if need + FD_RESERVE <= limit:
+        return None
+    return (
+        f"{config.label()}: up to {config.num_workers} × {prefetch} × {config.batch_size} × {files_per_sample} = "
+        f"{need:,} open files in flight could pass ulimit -n {limit:,}, and workers would fail with "
+        f"'Too many open files'; raise it (ulimit -n {max(need * 2, 65536)}) or call "
+        f"torch.multiprocessing.set_sharing_strategy('file_system')"
+    )

@@ -1,0 +1,188 @@
+"""Faults a dataset or a user can bring, each injected for real: the trial fails with a message a person can
+act on, the sweep goes on, bad input is one line and exit 2, and no process of the run survives."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+from procs import FAULTS, Family, start_loadertop
+
+from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.driver import Sweep
+from loadertop.core.results import SweepResult
+
+FAST = dict(trial_seconds=1.5, block_seconds=0.15, interval=0.2, start_methods=("fork",))
+W0 = TrialConfig(0, 32)
+W2 = TrialConfig(2, 32, 2, start_method="fork")
+
+
+def run_sweep(runs: Path, factory: str, only: list[TrialConfig], **settings: object) -> SweepResult:
+    """A sweep over `only` (in that order) of a fault dataset; asserts that every process of it is gone."""
+    args = settings.pop("args", {})
+    full = {**FAST, **settings}
+    sweep = Sweep(
+        Settings(dataset=f"{FAULTS}:{factory}", dataset_args=tuple(args.items()), **full),  # type: ignore[attr-defined,arg-type]
+        out_dir=runs,
+        only=only,
+    )
+    family = Family()
+    for event in sweep.events():
+        family.see(event)
+    assert len(family.pids) >= 2, family.pids  # the runner and at least one trial process were seen
+    family.gone_within(2.0)
+    assert sweep.result is not None
+    return sweep.result
+
+
+def test_exception_in_getitem_fails_the_trial_with_the_datasets_text_and_index(runs: Path) -> None:
+    result = run_sweep(runs, "raising", [W2, W0], args={"at": "17", "where": "both"})
+    worker, main = result.trials
+    assert worker.status == "failed" and main.status == "failed"  # and the second ran after the first failed
+    assert worker.error == "ValueError: corrupt record at offset 69632 (in DataLoader worker 0, sample index 17)"
+    assert main.error == "ValueError: corrupt record at offset 69632 (sample index 17)"
+    assert not result.interrupted
+
+
+def test_workers_killed_by_signals_fail_their_trials_and_the_sweep_goes_on(runs: Path) -> None:
+    # 1 worker dies by SIGKILL, 2 by a real segfault, 3 by SIGBUS; the 0-worker trial after them is fine.
+    configs = [TrialConfig(n, 32, 2, start_method="fork") for n in (1, 2, 3)] + [W0]
+    result = run_sweep(runs, "killed", configs, args={"sig": "KILL,SEGV,BUS", "at": "5", "where": "worker"})
+    killed, segfault, bus, ok = result.trials
+    assert ok.status == "ok"
+    assert re.fullmatch(
+        r"RuntimeError: DataLoader worker \(pid \d+\) is killed by signal: Killed\.", killed.error or ""
+    )
+    assert re.fullmatch(
+        r"RuntimeError: DataLoader worker \(pid \d+\) is killed by signal: Segmentation fault\.", segfault.error or ""
+    )
+    assert "is killed by signal: Bus error" in (bus.error or "")
+    assert "/dev/shm is where workers put batches" in (bus.error or "")  # the container classic: where to look
+
+
+def test_a_hung_trial_is_killed_after_the_timeout_and_says_what_it_last_did(runs: Path) -> None:
+    # Workers hang at sample 100, after the first batch; the 0-worker trial after it is fine.
+    result = run_sweep(runs, "hanging", [W2, W0], args={"after": "100", "where": "worker"}, trial_timeout=2.0)
+    hung, ok = result.trials
+    assert hung.error == "no batch for 2 s (last: got the first batch)"
+    assert ok.status == "ok"  # the sweep went on
+
+
+# -- bad input: one line, exit 2, traceback in the log ------------------------------------------------------
+
+
+def loadertop(*args: str, timeout: float = 120) -> tuple[int, str, str]:
+    proc = start_loadertop(*args)
+    family = Family(proc.pid).watch()
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+    family.gone_within(2.0)
+    return proc.returncode, out, err
+
+
+def one_line_exit_2(code: int, err: str, needle: str) -> str:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert needle in lines[0], err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "needle"),
+    [
+        ("{broken}:make", "importing broken_import.py raised ZeroDivisionError"),
+        (f"{FAULTS}:factory_raises", "raised FileNotFoundError: /data/train/index.csv"),
+        (f"{FAULTS}:not_a_dataset", "returned int, not a Dataset"),
+        (f"{FAULTS}:empty", "returned an empty dataset"),
+        (f"{FAULTS}:unpicklable --start-method spawn", "cannot be pickled for spawn workers"),
+    ],
+)
+def test_bad_dataset_is_one_line_exit_2_with_the_traceback_in_the_log(spec: str, needle: str, tmp_path: Path) -> None:
+    broken = tmp_path / "broken_import.py"
+    broken.write_text("import os\nRATIO = 1 / 0\n")
+    spec, *extra = spec.format(broken=broken).split()
+    code, _, err = loadertop("--workers", "0,1", "--out", str(tmp_path / "runs"), "--dataset", spec, *extra)
+    one_line_exit_2(code, err, needle)
+    (run,) = (tmp_path / "runs").iterdir()
+    assert "Traceback" in (run / "runner.log").read_text(errors="replace")
+
+
+def test_debug_puts_the_traceback_on_the_screen(tmp_path: Path) -> None:
+    code, _, err = loadertop("--workers", "8-2", "--out", str(tmp_path), "--debug")
+    assert code != 0 and "Traceback" in err and "runs backwards" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--workers", "8-2"], "range 8-2 runs backwards"),
+        (["--workers", "-1"], "cannot be negative"),
+        (["--workers", "x"], "'x' is not a whole number"),
+        (["--workers", "2,,4"], "empty item"),
+        (["--batch-size", "0"], "--batch-size '0': values must be at least 1"),
+        (["--mem-floor", "lots"], "--mem-floor 'lots': expected a size"),
+        (["--mem-floor", "4"], "give a unit"),
+        (["--mem-floor", "100%"], "below 100%"),
+        (["--mem-floor", "64TiB"], "at or above the"),
+        (["--files-per-sample", "0"], "--files-per-sample 0"),
+        (["--trial-timeout", "0"], "--trial-timeout 0: must be a positive number"),
+        (["--json", "/proc/self/out.json"], "--json /proc/self/out.json: not writable"),
+        (["--json", "same.out", "--csv", "same.out"], "one would overwrite the other"),
+    ],
+)
+def test_bad_usage_is_one_line_exit_2(args: list[str], needle: str, tmp_path: Path) -> None:
+    args = [a if a != "same.out" else str(tmp_path / a) for a in args]
+    code, _, err = loadertop("--out", str(tmp_path), *args)
+    one_line_exit_2(code, err, needle)
+    assert not any(tmp_path.iterdir())  # rejected before any run folder was made
+
+
+def write_run(folder: Path, trials: list[str], result: str | None = None) -> Path:
+    folder.mkdir()
+    (folder / "settings.json").write_text(json.dumps(Settings(dataset="synthetic").to_dict()))
+    (folder / "trials.jsonl").write_text("".join(trials))
+    if result is not None:
+        (folder / "result.json").write_text(result)
+    return folder
+
+
+def corrupt_settings(folder: Path) -> Path:
+    (folder / "settings.json").write_text('{"workers": [1')
+    return folder
+
+
+GOOD = json.dumps({"index": 0, "config": TrialConfig(0, 32).to_dict(), "status": "ok", "samples_per_s": 100.0})
+
+
+@pytest.mark.parametrize(
+    ("flag", "make", "needle"),
+    [
+        ("--compare", lambda p: write_run(p, [], result="{not json"), "not a loadertop result"),
+        ("--compare", lambda p: write_run(p, [], result='{"version": 1}'), "not a loadertop result (KeyError"),
+        ("--compare", lambda p: p, "no such run folder or result file"),
+        ("--resume", lambda p: write_run(p, [GOOD + "\n", "garbage\n", GOOD + "\n"]), "trials.jsonl line 2"),
+        ("--resume", lambda p: p.mkdir() or p, "not a loadertop run folder (no settings.json)"),
+        ("--resume", lambda p: corrupt_settings(write_run(p, [])), "settings.json: corrupt"),
+    ],
+)
+def test_corrupt_run_folder_for_compare_or_resume_is_one_line_exit_2(
+    flag: str, make: object, needle: str, tmp_path: Path
+) -> None:
+    run = make(tmp_path / "old")  # type: ignore[operator]
+    code, _, err = loadertop("--workers", "0", "--out", str(tmp_path / "runs"), flag, str(run))
+    line = one_line_exit_2(code, err, needle)
+    assert line.startswith(f"loadertop: error: {flag} ")
+
+
+def test_resume_of_a_run_that_measured_another_dataset_is_refused(tmp_path: Path) -> None:
+    run = write_run(tmp_path / "old", [GOOD + "\n"])
+    code, _, err = loadertop("--workers", "0", "--dataset", "synthetic:cpu_ms=1", "--resume", str(run))
+    one_line_exit_2(code, err, "that run measured dataset='synthetic'")

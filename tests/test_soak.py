@@ -1,0 +1,71 @@
+"""Soak: 50 real trials in one sweep; the driver's open files, threads, children and memory must not grow,
+nor the runner's (it lives for the whole sweep and reaps every trial). Slow: run with `-m slow`."""
+
+from __future__ import annotations
+
+import gc
+import os
+import threading
+from pathlib import Path
+
+import psutil
+import pytest
+from procs import Family
+
+from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.driver import Sweep
+from loadertop.core.events import TrialFinished
+
+TRIALS = 50
+
+
+def snapshot(process: psutil.Process) -> dict[str, float]:
+    return {
+        "fds": process.num_fds(),
+        "threads": process.num_threads(),
+        "children": len(process.children()),
+        "uss_mb": process.memory_full_info().uss / 2**20,
+    }
+
+
+@pytest.mark.slow
+def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> None:
+    me = psutil.Process()
+    gc.collect()
+    before = snapshot(me)
+    threads_before = threading.active_count()
+    configs = [TrialConfig(n, 32, 2, start_method="fork") if n else TrialConfig(0, 32) for n in (0, 1, 2, 3)]
+    only = [configs[i % 4] for i in range(TRIALS)]
+    settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.6, block_seconds=0.1,
+                        min_blocks=3, interval=0.2)  # fmt: skip
+    sweep = Sweep(settings, out_dir=runs, only=only)
+    family = Family()
+    driver: list[dict[str, float]] = []
+    runner: list[dict[str, float]] = []
+    runner_process: psutil.Process | None = None
+    for event in sweep.events():
+        family.see(event)
+        if isinstance(event, TrialFinished):
+            gc.collect()
+            driver.append(snapshot(me))
+            if runner_process is None:
+                (runner_process,) = me.children()
+            runner.append(snapshot(runner_process))
+    family.gone_within(2.0)
+    assert sweep.result is not None
+    assert [t.status for t in sweep.result.trials] == ["ok"] * TRIALS
+
+    warm, last = driver[9], driver[-1]  # after 10 trials every code path has run once or twice
+    print(f"driver after trial 10: {warm}; after trial {TRIALS}: {last}; runner: {runner[9]} -> {runner[-2]}")
+    assert last["fds"] <= warm["fds"] and last["threads"] <= warm["threads"]
+    assert last["children"] == warm["children"] == 1  # the runner, nothing else
+    assert last["uss_mb"] - warm["uss_mb"] < 16, (warm, last)
+    # The runner at the second-to-last trial (after the last one it is already on its way out).
+    assert runner[-2]["fds"] <= runner[9]["fds"] and runner[-2]["threads"] <= runner[9]["threads"]
+    assert runner[-2]["uss_mb"] - runner[9]["uss_mb"] < 16
+
+    gc.collect()
+    after = snapshot(me)
+    assert after["fds"] <= before["fds"] and after["children"] == before["children"]
+    assert threading.active_count() <= threads_before, [t.name for t in threading.enumerate()]
+    assert os.getpid() == me.pid
