@@ -1,4 +1,5 @@
-"""The measured loop of one trial: start-up apart, skip the prefetch buffer, blocks until stable.
+"""The measured loop of one trial: start-up apart, skip the prefetch buffer, blocks until stable, then the epoch
+boundary (end the epoch early, time the wait for the next epoch's first batch).
 
 Runs inside a trial process (runner.py). `emit` sends one JSON-able dict to the driver.
 """
@@ -12,6 +13,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.consumer import Consumer  # noqa: F401  (its old home: importers of measure.Consumer)
+from loadertop.core.loader import EpochControl
+from loadertop.core.sharding import ShardCheck
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -32,54 +36,6 @@ def warmup_batches(config: TrialConfig, skip: bool) -> int:
     if config.num_workers == 0:
         return 1
     return (config.prefetch_factor or 2) * config.num_workers + config.num_workers
-
-
-class Consumer:
-    """The training step's stand-in: on CUDA copy the batch and run a fixed-length kernel; else sleep."""
-
-    def __init__(self, step_ms: float, pin_memory: bool) -> None:
-        self.step_s = step_ms / 1000
-        self.device = None
-        self.non_blocking = pin_memory
-        import torch
-
-        if torch.cuda.is_available():
-            self.device = torch.device("cuda")
-            self._cycles_per_s = _calibrate_cuda_sleep() if self.step_s > 0 else 0.0
-
-    def __call__(self, batch: Any) -> None:
-        if self.device is None:
-            if self.step_s > 0:
-                time.sleep(self.step_s)
-            return
-        import torch
-
-        _to_device(batch, self.device, self.non_blocking)
-        if self.step_s > 0:
-            torch.cuda._sleep(int(self._cycles_per_s * self.step_s))
-        torch.cuda.synchronize()
-
-
-def _to_device(batch: Any, device: Any, non_blocking: bool) -> Any:
-    if hasattr(batch, "to"):
-        return batch.to(device, non_blocking=non_blocking)
-    if isinstance(batch, dict):
-        return {k: _to_device(v, device, non_blocking) for k, v in batch.items()}
-    if isinstance(batch, list | tuple):
-        return [_to_device(v, device, non_blocking) for v in batch]
-    return batch
-
-
-def _calibrate_cuda_sleep() -> float:
-    import torch
-
-    cycles = 10_000_000
-    torch.cuda._sleep(1000)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    torch.cuda._sleep(cycles)
-    torch.cuda.synchronize()
-    return cycles / max(time.perf_counter() - start, 1e-6)
 
 
 def batch_size_of(batch: Any, default: int) -> int:
@@ -108,121 +64,219 @@ class _ThawFlag:
         return was
 
 
-def measure(loader: Any, config: TrialConfig, settings: Settings, consumer: Consumer, emit: Emit) -> None:
-    started = time.perf_counter()
-    deadline = started + settings.trial_seconds
-    thaw = _ThawFlag()
-    epoch_restart_s: float | None = None
+class Measurement:
+    """One trial's measured loop, in steps a caller can interleave with others (ranks synchronise between them):
+    `start` (iter: workers start), `first_batch`, `warm_up` (skip the start-up buffer), `blocks` (until stable or
+    the deadline), `epoch_boundary` (end the epoch, time the next one's first batch)."""
 
-    it: Iterator[Any] = iter(loader)
-    emit({"type": "workers", "worker_pids": _worker_pids(it)})
-    batch = next(it)
-    first_batch_s = time.perf_counter() - started
-    emit({"type": "started", "worker_pids": _worker_pids(it), "first_batch_s": first_batch_s})
-    consumer(batch)
+    def __init__(
+        self,
+        loader: Any,
+        config: TrialConfig,
+        settings: Settings,
+        consumer: Callable[[Any], None],
+        control: EpochControl | None = None,
+        check_shards: bool = False,
+    ) -> None:
+        self.loader = loader
+        self.config = config
+        self.settings = settings
+        self.consumer = consumer
+        self.control = control
+        self.shards = ShardCheck(config.num_workers) if check_shards and config.num_workers > 1 else None
+        self.thaw = _ThawFlag()
+        self.it: Iterator[Any] | None = None
+        self.started = 0.0
+        self.deadline = 0.0
+        self.first_batch_s = 0.0
+        self.crossings: list[float] = []  # epoch boundaries crossed on the way: wait for the next epoch's first batch
+        self.on_new_workers: Callable[[list[int]], None] | None = None
+        # In a short epoch the boundary is part of the steady state; in a long one it is an outlier.
+        # An epoch is short if it is under 50 batches, or if two blocks in a row crossed a boundary.
+        self.short_epoch = _length(loader) < 50
+        self.skip = warmup_batches(config, settings.skip_warmup)
 
-    def next_batch() -> tuple[Any, bool]:
+    def start(self) -> list[int]:
+        """iter(loader): the workers start. Returns their pids."""
+        self.started = time.perf_counter()
+        self.deadline = self.started + self.settings.trial_seconds
+        self.it = iter(self.loader)
+        return _worker_pids(self.it)
+
+    def worker_pids(self) -> list[int]:
+        return _worker_pids(self.it)
+
+    def first_batch(self) -> float:
+        assert self.it is not None
+        batch = next(self.it)
+        now = time.perf_counter()
+        self.first_batch_s = now - self.started
+        # The time budget starts here: start-up is reported apart (first_batch_s), and a spawn start that takes
+        # seconds must not leave the trial a single block to measure.
+        self.deadline = now + self.settings.trial_seconds
+        self._seen(batch)
+        self.consumer(batch)
+        return self.first_batch_s
+
+    def _seen(self, batch: Any) -> None:
+        if self.shards is not None:
+            self.shards.add(batch)
+
+    def next_batch(self) -> tuple[Any, bool]:
         """The next batch, crossing an epoch boundary if the data runs out (the block is then tainted)."""
-        nonlocal it, epoch_restart_s
+        assert self.it is not None
+        t = time.perf_counter()
         try:
-            return next(it), False
+            return next(self.it), False
         except StopIteration:
-            t = time.perf_counter()
-            it = iter(loader)
-            out = next(it)
-            epoch_restart_s = time.perf_counter() - t
-            emit({"type": "workers", "worker_pids": _worker_pids(it)})
+            self.it = iter(self.loader)
+            out = next(self.it)
+            self.crossings.append(time.perf_counter() - t)
+            if self.on_new_workers is not None:
+                self.on_new_workers(_worker_pids(self.it))
             return out, True
 
-    # In a short epoch the boundary is part of the steady state; in a long one it is an outlier.
-    # An epoch is short if it is under 50 batches, or if two blocks in a row crossed a boundary.
-    short_epoch = _length(loader) < 50
-    crossed_last_block = False
-    skip = warmup_batches(config, settings.skip_warmup)
-    for _ in range(max(0, skip - 1)):  # the first batch was one of them
-        consumer(next_batch()[0])
+    def warm_up(self) -> str | None:
+        """Consume the start-up buffer unmeasured. Returns a warning when the workers of an IterableDataset all
+        yield the same samples (checked on these batches, which are not measured, so hashing costs nothing)."""
+        for _ in range(max(0, self.skip - 1)):  # the first batch was one of them
+            batch = self.next_batch()[0]
+            self._seen(batch)
+            self.consumer(batch)
+        return self.shards.verdict() if self.shards is not None else None
 
-    # Workers deliver in round-robin bursts; blocks of whole rounds keep burst phase out of the spread.
-    cycle = max(1, config.num_workers)
-    rates: list[float] = []
-    wait_total = step_total = 0.0
-    measured_batches = measured_samples = 0
-    stable = False
-    while True:
-        block_start = time.perf_counter()
-        batches = samples = 0
-        wait = step = 0.0
-        tainted = thaw.take()
-        crossed_this_block = False
+    def blocks(self, emit: Emit, stop_when_stable: bool = True, seconds: float | None = None) -> dict[str, Any]:
+        """Measured blocks until the spread is under target (if `stop_when_stable`) or the deadline (now +
+        `seconds` when given). Emits each block; returns the finished message (not emitted)."""
+        settings, config = self.settings, self.config
+        if seconds is not None:
+            self.deadline = time.perf_counter() + seconds
+        thaw = self.thaw
+        short_epoch = self.short_epoch
+        crossed_last_block = False
+        # Workers deliver in round-robin bursts; blocks of whole rounds keep burst phase out of the spread.
+        cycle = max(1, config.num_workers)
+        rates: list[float] = []
+        wait_total = step_total = 0.0
+        measured_batches = measured_samples = 0
+        stable = False
         while True:
-            t0 = time.perf_counter()
-            batch, crossed = next_batch()
-            t1 = time.perf_counter()
-            consumer(batch)
-            t2 = time.perf_counter()
-            crossed_this_block |= crossed
-            if crossed and crossed_last_block:
-                short_epoch = True
-            tainted |= crossed and not short_epoch
-            wait += t1 - t0
-            step += t2 - t1
-            batches += 1
-            samples += batch_size_of(batch, config.batch_size)
-            if t2 - block_start >= settings.block_seconds and batches >= 2 and batches % cycle == 0:
+            block_start = time.perf_counter()
+            batches = samples = 0
+            wait = step = 0.0
+            tainted = thaw.take()
+            crossed_this_block = False
+            while True:
+                t0 = time.perf_counter()
+                batch, crossed = self.next_batch()
+                t1 = time.perf_counter()
+                self.consumer(batch)
+                t2 = time.perf_counter()
+                crossed_this_block |= crossed
+                if crossed and crossed_last_block:
+                    short_epoch = True
+                tainted |= crossed and not short_epoch
+                wait += t1 - t0
+                step += t2 - t1
+                batches += 1
+                samples += batch_size_of(batch, config.batch_size)
+                if t2 - block_start >= settings.block_seconds and batches >= 2 and batches % cycle == 0:
+                    break
+            elapsed = time.perf_counter() - block_start
+            crossed_last_block = crossed_this_block
+            if thaw.take():
+                tainted = True
+                self.deadline += elapsed  # the pause is not the trial's time
+            if not tainted:
+                rates.append(batches / elapsed)
+                wait_total += wait
+                step_total += step
+                measured_batches += batches
+                measured_samples += samples
+                window = rates[-settings.min_blocks :]
+                current = spread(window) if len(rates) >= settings.min_blocks else None
+                emit(
+                    {
+                        "type": "block",
+                        "block": len(rates),
+                        "batches": batches,
+                        "samples": samples,
+                        "seconds": elapsed,
+                        "batches_per_s": batches / elapsed,
+                        "samples_per_s": samples / elapsed,
+                        "stall_fraction": wait_total / max(wait_total + step_total, 1e-12),
+                        "elapsed_s": time.perf_counter() - self.started,
+                        "spread": current,
+                    }
+                )
+                if stop_when_stable and current is not None and current <= settings.target_spread:
+                    stable = True
+                    break
+            if time.perf_counter() >= self.deadline:
                 break
-        elapsed = time.perf_counter() - block_start
-        crossed_last_block = crossed_this_block
-        if thaw.take():
-            tainted = True
-            deadline += elapsed  # the pause is not the trial's time
-        if not tainted:
-            rates.append(batches / elapsed)
-            wait_total += wait
-            step_total += step
-            measured_batches += batches
-            measured_samples += samples
-            window = rates[-settings.min_blocks :]
-            current = spread(window) if len(rates) >= settings.min_blocks else None
-            emit(
-                {
-                    "type": "block",
-                    "block": len(rates),
-                    "batches": batches,
-                    "samples": samples,
-                    "seconds": elapsed,
-                    "batches_per_s": batches / elapsed,
-                    "samples_per_s": samples / elapsed,
-                    "stall_fraction": wait_total / max(wait_total + step_total, 1e-12),
-                    "elapsed_s": time.perf_counter() - started,
-                    "spread": current,
-                }
-            )
-            if current is not None and current <= settings.target_spread:
-                stable = True
-                break
-        if time.perf_counter() >= deadline:
-            break
 
-    if not rates:
-        raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
-    window = rates[-settings.min_blocks :] if stable else rates
-    batches_per_s = statistics.median(window)
-    samples_per_batch = measured_samples / measured_batches
-    emit(
-        {
+        if not rates:
+            raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
+        if not stop_when_stable and len(rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
+            stable = spread(rates[-settings.min_blocks :]) <= settings.target_spread
+        window = rates[-settings.min_blocks :] if stable else rates
+        batches_per_s = statistics.median(window)
+        samples_per_batch = measured_samples / measured_batches
+        return {
             "type": "finished",
             "batches_per_s": batches_per_s,
             "samples_per_s": batches_per_s * samples_per_batch,
             "spread": spread(window),
-            "first_batch_s": first_batch_s,
+            "first_batch_s": self.first_batch_s,
             "stall_fraction": wait_total / max(wait_total + step_total, 1e-12),
             "blocks": len(rates),
-            "measured_s": time.perf_counter() - started - first_batch_s,
-            "warmup_batches": skip,
+            "measured_s": time.perf_counter() - self.started - self.first_batch_s,
+            "warmup_batches": self.skip,
             "stable": stable,
-            "epoch_restart_s": epoch_restart_s,
+            "epoch_restart_s": statistics.median(self.crossings) if self.crossings else None,
         }
-    )
+
+    def epoch_boundary(self) -> float | None:
+        """End the epoch now and time the wait for the next epoch's first batch, from the moment the last batch
+        of this one was handed out: worker shutdown and start-up without persistent workers, the resume round
+        trip with them, and the first batch either way. None when the epoch cannot be ended (IterableDataset)
+        and none was crossed."""
+        if self.control is None or self.it is None:
+            return statistics.median(self.crossings) if self.crossings else None
+        self.control.end()
+        last = time.perf_counter()
+        for _ in self.it:  # the batches already in flight: the end of a real epoch has them too
+            last = time.perf_counter()
+        self.it = iter(self.loader)
+        next(self.it)
+        return time.perf_counter() - last
+
+
+def measure(
+    loader: Any,
+    config: TrialConfig,
+    settings: Settings,
+    consumer: Callable[[Any], None],
+    emit: Emit,
+    control: EpochControl | None = None,
+    check_shards: bool = False,
+) -> None:
+    """One trial of one process: every step of `Measurement`, reported through `emit`."""
+    m = Measurement(loader, config, settings, consumer, control, check_shards)
+    m.on_new_workers = lambda pids: emit({"type": "workers", "worker_pids": pids})
+    emit({"type": "workers", "worker_pids": m.start()})
+    first = m.first_batch()
+    emit({"type": "started", "worker_pids": m.worker_pids(), "first_batch_s": first})
+    warning = m.warm_up()
+    if warning:
+        emit({"type": "notice", "level": "warning", "message": warning})
+    finished = m.blocks(emit)
+    finished["warnings"] = [warning] if warning else []
+    emit(finished)
+    # After "finished": the probes' steady window is closed, so the restart's CPU burst and new workers stay out
+    # of the trial's CPU and memory figures. New workers are in the trial's process group all the same.
+    m.on_new_workers = None
+    emit({"type": "epoch", "epoch_restart_s": m.epoch_boundary()})
 
 
 def _length(loader: Any) -> int:

@@ -1,7 +1,11 @@
-"""Dataset specs: `synthetic[:k=v,...]`, `package.module:callable`, `path/to/file.py:callable`.
+"""Dataset and consumer specs.
 
-Loading happens in runner processes (it imports the user's code and torch). Every way a spec can be
-wrong raises SpecError with one line that names the problem.
+Datasets: `synthetic[:k=v,...]`, `imagefolder:PATH[:k=v,...]`, `package.module:callable`,
+`path/to/file.py:callable` (and `pickle:PATH[@MAIN]` from the Python API). Consumers: `package.module:callable`
+or `path/to/file.py:callable`, a `(batch) -> None` training step.
+
+Loading happens in runner processes (it imports the user's code and torch). Every way a spec can be wrong raises
+SpecError with one line that names the problem.
 """
 
 from __future__ import annotations
@@ -14,18 +18,27 @@ from pathlib import Path
 from typing import Any
 
 # DataLoader arguments a factory may fix; the swept ones are loadertop's to choose.
-SWEPT_KEYS = {"batch_size", "num_workers", "prefetch_factor", "pin_memory", "persistent_workers"}
+SWEPT_KEYS = {"batch_size", "num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "in_order"}
 SWEPT_KEYS |= {"multiprocessing_context"}
+# What a factory's mapping may hold besides `dataset`: the DataLoader's other keyword arguments.
+EXTRA_KEYS = {"collate_fn", "sampler", "batch_sampler", "shuffle", "drop_last", "worker_init_fn", "generator"}
+EXTRA_KEYS |= {"timeout", "pin_memory_device"}
 
 
 class SpecError(ValueError):
-    """The dataset spec cannot give a usable dataset (exit code 2)."""
+    """The dataset or consumer spec cannot give what is needed (exit code 2)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+def one_line(text: str) -> str:
+    """Exception texts may span lines (a SyntaxError, a chained message): the CLI promises one."""
+    return " ".join(str(text).split())
 
 
 def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
     """Return (dataset, extra DataLoader kwargs) for a spec."""
-    from torch.utils.data import Dataset, IterableDataset
-
     name, _, rest = spec.partition(":")
     if name == "synthetic":
         from loadertop.core.workload import SyntheticDataset, parse_synthetic
@@ -34,16 +47,24 @@ def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[An
             return SyntheticDataset(parse_synthetic(rest)), {}
         except ValueError as exc:
             raise SpecError(str(exc)) from None
+    if name == "imagefolder":
+        from loadertop.core.imagefolder import open_image_folder
+
+        return open_image_folder(rest, dict(kwargs or {})), {}
     if name == "pickle":
         return _unpickle(rest), {}
-    if not rest:
-        raise SpecError(f"dataset spec {spec!r}: expected synthetic[:k=v,...], module:callable or file.py:callable")
-
-    factory = _resolve(name, rest)
+    target, attr = split_callable(spec, "dataset")
+    factory = resolve_callable(target, attr)
     try:
         made = factory(**dict(kwargs or {}))
     except Exception as exc:
         raise SpecError(f"dataset factory {spec} raised {type(exc).__name__}: {exc}") from exc
+    return check_dataset(made, spec)
+
+
+def check_dataset(made: Any, spec: str) -> tuple[Any, dict[str, Any]]:
+    """What a factory returned, as (dataset, extra DataLoader kwargs); SpecError when it is not usable."""
+    from torch.utils.data import Dataset, IterableDataset
 
     extra: dict[str, Any] = {}
     if isinstance(made, Mapping):
@@ -53,8 +74,12 @@ def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[An
         swept = sorted(SWEPT_KEYS & extra.keys())
         if swept:
             raise SpecError(f"dataset factory {spec} fixes {', '.join(swept)}, which loadertop sweeps: drop them")
+        unknown = sorted(extra.keys() - EXTRA_KEYS)
+        if unknown:
+            raise SpecError(f"dataset factory {spec} returned {', '.join(unknown)}, which DataLoader does not take")
         made = made["dataset"]
-    if not isinstance(made, Dataset | IterableDataset) and not hasattr(made, "__getitem__"):
+    is_sequence = hasattr(made, "__getitem__") and hasattr(made, "__len__") and not isinstance(made, str | bytes)
+    if not isinstance(made, Dataset | IterableDataset) and not is_sequence:
         raise SpecError(f"dataset factory {spec} returned {type(made).__name__}, not a Dataset")
     if not isinstance(made, IterableDataset):
         try:
@@ -62,11 +87,25 @@ def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[An
         except TypeError:
             size = None
         if size == 0:
-            raise SpecError(f"dataset factory {spec} returned an empty dataset")
+            raise SpecError(f"dataset factory {spec} returned an empty dataset (len 0)")
     return made, extra
 
 
-def _resolve(target: str, attr: str) -> Any:
+def split_callable(spec: str, what: str) -> tuple[str, str]:
+    """`pkg.mod:name` or `path/file.py:name` into (target, name)."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        forms = "synthetic[:k=v,...], imagefolder:PATH, " if what == "dataset" else ""
+        raise SpecError(f"{what} spec {spec!r}: expected {forms}package.module:callable or path/to/file.py:callable")
+    return target, attr
+
+
+def load_callable(spec: str, what: str) -> Any:
+    """A consumer or other hook: the callable a `module:name` or `file.py:name` spec names."""
+    return resolve_callable(*split_callable(spec, what))
+
+
+def resolve_callable(target: str, attr: str) -> Any:
     if target.endswith(".py"):
         module = _import_file(Path(target))
     else:
@@ -76,9 +115,11 @@ def _resolve(target: str, attr: str) -> Any:
             raise SpecError(f"cannot import {target!r}: {exc}") from None
         except Exception as exc:
             raise SpecError(f"importing {target!r} raised {type(exc).__name__}: {exc}") from exc
-    factory = getattr(module, attr, None)
-    if factory is None:
-        raise SpecError(f"{target} has no attribute {attr!r}")
+    factory = module
+    for part in attr.split("."):  # `module:Class.method` and the like
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise SpecError(f"{target} has no attribute {attr!r}")
     if not callable(factory):
         raise SpecError(f"{target}:{attr} is not callable")
     return factory
@@ -86,20 +127,26 @@ def _resolve(target: str, attr: str) -> Any:
 
 def _import_file(path: Path) -> Any:
     if not path.is_file():
-        raise SpecError(f"dataset file {str(path)!r} not found")
+        raise SpecError(f"file {str(path)!r} not found")
     path = path.resolve()
     # Its folder goes on sys.path and the module is registered under its own name, so spawn and
-    # forkserver workers (which re-import by name) can unpickle what it defines.
+    # forkserver workers (which re-import by name, with the parent's sys.path) can unpickle what it defines.
     folder = str(path.parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
     name = path.stem
+    known = sys.modules.get(name)
+    if known is not None:
+        if getattr(known, "__file__", None) == str(path):
+            return known
+        raise SpecError(f"{path.name}: a module named {name!r} is already imported from elsewhere; rename the file")
     try:
-        if name in sys.modules and getattr(sys.modules[name], "__file__", None) == str(path):
-            return sys.modules[name]
-        return importlib.import_module(name)
+        module = importlib.import_module(name)
     except Exception as exc:
         raise SpecError(f"importing {path.name} raised {type(exc).__name__}: {exc}") from exc
+    if getattr(module, "__file__", None) != str(path):
+        raise SpecError(f"{path.name}: the name {name!r} imports {module.__file__ or 'a built-in'}; rename the file")
+    return module
 
 
 def _unpickle(target: str) -> Any:

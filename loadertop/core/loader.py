@@ -1,0 +1,118 @@
+"""Build one trial's DataLoader from the spec and the configuration, with an epoch loadertop can end early.
+
+Runs in trial (and rank) processes: it imports torch and the user's code.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.spec import SpecError, load_dataset
+
+
+class EpochControl:
+    """Wraps the sampler (or batch sampler) so an epoch can be ended early without touching the data.
+
+    The DataLoader draws indices lazily in the main process, one batch at a time; after `end()` the wrapped
+    sampler stops, the loader hands out the batches already in flight and raises StopIteration: a true epoch end,
+    as in training, so the wait for the next epoch's first batch is measured where persistent workers pay.
+    """
+
+    def __init__(self, base: Any) -> None:
+        self.base = base
+        self._ending = False
+
+    def __iter__(self) -> Iterator[Any]:
+        self._ending = False  # a new epoch starts in full
+        for item in self.base:
+            if self._ending:
+                return
+            yield item
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def end(self) -> None:
+        self._ending = True
+
+    def set_epoch(self, epoch: int) -> None:
+        if hasattr(self.base, "set_epoch"):
+            self.base.set_epoch(epoch)
+
+
+@dataclass
+class Built:
+    loader: Any
+    control: EpochControl | None  # None for an IterableDataset: its epoch ends when its workers run dry
+    iterable: bool
+    extra_keys: tuple[str, ...]  # DataLoader arguments the factory fixed (collate_fn, sampler, ...)
+
+
+def supports_in_order() -> bool:
+    import inspect
+
+    from torch.utils.data import DataLoader
+
+    return "in_order" in inspect.signature(DataLoader).parameters
+
+
+def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: int = 1) -> Built:
+    """The DataLoader of one trial (of one rank): the factory's extra arguments, the swept knobs, and an
+    EpochControl around the sampler; with several ranks a DistributedSampler shards a map-style dataset."""
+    from torch.utils.data import (
+        DataLoader,
+        DistributedSampler,
+        IterableDataset,
+        RandomSampler,
+        SequentialSampler,
+    )
+
+    from loadertop.core.crashes import note_indices
+
+    dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
+    # Failures then name the sample index; not for spawn/forkserver workers, which re-pickle the dataset.
+    dataset = note_indices(dataset, pickled=config.num_workers > 0 and config.start_method != "fork")
+    kwargs: dict[str, Any] = dict(extra)
+    iterable = isinstance(dataset, IterableDataset)
+    control: EpochControl | None = None
+    batch_size: int | None = config.batch_size
+    if not iterable:
+        if "batch_sampler" in kwargs:
+            if len(settings.batch_sizes) > 1:
+                raise SpecError("the dataset factory fixes batch_sampler, so --batch-size cannot be swept")
+            control = EpochControl(kwargs.pop("batch_sampler"))
+            kwargs["batch_sampler"] = control
+            batch_size = 1  # the DataLoader's default: batch_sampler excludes batch_size
+        else:
+            shuffle = bool(kwargs.pop("shuffle", False))
+            base = kwargs.pop("sampler", None)
+            if base is None and world > 1:
+                base = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle)
+            elif base is None and shuffle:
+                base = RandomSampler(dataset, generator=kwargs.get("generator"))
+            elif base is None:
+                base = SequentialSampler(dataset)
+            control = EpochControl(base)
+            kwargs["sampler"] = control
+    if config.num_workers > 0:
+        from loadertop.core.guards import DieWithParent
+
+        # Workers die with their trial even when nobody is left to kill its process group.
+        kwargs["worker_init_fn"] = DieWithParent(kwargs.get("worker_init_fn"), config.start_method != "forkserver")
+        kwargs["prefetch_factor"] = config.prefetch_factor
+        kwargs["persistent_workers"] = config.persistent_workers
+        kwargs["multiprocessing_context"] = multiprocessing.get_context(config.start_method)
+        if not config.in_order:
+            kwargs["in_order"] = False  # only passed when asked: older torch has no such argument
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=config.num_workers,
+        pin_memory=config.pin_memory,
+        **kwargs,
+    )
+    return Built(loader, control, iterable, tuple(sorted(extra)))

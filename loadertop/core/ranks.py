@@ -1,0 +1,294 @@
+"""`--ranks R`: R loader replicas at once, one process each, as `torchrun --nproc-per-node R` would start them.
+
+The trial process is rank 0 and forks ranks 1..R-1 (all in the trial's process group, so one kill takes every rank
+and every worker). Each rank sets the torchrun environment (RANK, LOCAL_RANK, WORLD_SIZE, ...), joins a gloo
+process group on 127.0.0.1, calls the dataset factory, and builds its own DataLoader; a map-style dataset is
+sharded with DistributedSampler unless the factory brings its own sampler. The ranks start their workers together
+and measure over the same window, so the contention between them is in the numbers. Rank 0 reports: throughput
+summed over ranks, every rank's processes for the probes.
+
+The pure helpers at the top (rule of thumb, notes) are used by the driver and must not import torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import select
+import signal
+import socket
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.results import TrialResult
+
+Emit = Callable[[dict[str, Any]], None]
+UNEVEN = 0.9  # a rank below this fraction of the fastest one holds the others back in synchronous training
+
+
+# -- advice (driver side, no torch) -------------------------------------------------------------------------------
+
+
+def rule_of_thumb(usable_cpus: int, ranks: int) -> float:
+    """The common advice for workers per rank: min(16, 0.75 × cores ÷ ranks)."""
+    return min(16.0, 0.75 * usable_cpus / max(1, ranks))
+
+
+def processes(workers: int, ranks: int) -> int:
+    """Processes a node runs for loading: every rank's main process plus its workers."""
+    return ranks * (workers + 1)
+
+
+def ranks_note(workers: int, ranks: int, usable_cpus: int) -> str:
+    """'per rank; 2 ranks × (3 workers + 1) = 8 processes on 2 usable CPUs; rule of thumb min(16, 0.75 × 2 ÷ 2)
+    = 0.75 → 0 workers per rank'."""
+    thumb = rule_of_thumb(usable_cpus, ranks)
+    total = processes(workers, ranks)
+    over = " (more than the CPUs)" if total > usable_cpus else ""
+    advice = math.floor(thumb)
+    compare = "matches" if advice == workers else ("is below" if advice < workers else "is above")
+    return (
+        f"workers are per rank: {ranks} ranks × ({_workers(workers)} + 1) = {total} processes on {usable_cpus} "
+        f"usable CPUs{over}; the rule of thumb min(16, 0.75 × {usable_cpus} ÷ {ranks}) = {thumb:.2f} → "
+        f"{_workers(advice)} per rank {compare} the measured choice"
+    )
+
+
+def _workers(n: int) -> str:
+    return f"{n} worker" if n == 1 else f"{n} workers"
+
+
+def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One finished message for the node from every rank's: rates add up (the ranks load at once), the trial is
+    as slow to start, as spread and as stalled as its worst rank."""
+    first = results[0]
+    warnings = list(dict.fromkeys(w for r in results for w in r.get("warnings", ())))
+    return {
+        **first,
+        "batches_per_s": sum(r["batches_per_s"] for r in results),
+        "samples_per_s": sum(r["samples_per_s"] for r in results),
+        "spread": max(r["spread"] for r in results),
+        "first_batch_s": max(r["first_batch_s"] for r in results),
+        "stall_fraction": statistics.fmean(r["stall_fraction"] for r in results),
+        "blocks": min(r["blocks"] for r in results),
+        "measured_s": max(r["measured_s"] for r in results),
+        "stable": all(r["stable"] for r in results),
+        "ranks": len(results),
+        "rank_samples_per_s": [r["samples_per_s"] for r in results],
+        "warnings": warnings,
+    }
+
+
+# -- the ranks (trial side) ------------------------------------------------------------------------------------------
+
+
+class RankError(RuntimeError):
+    pass
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def run_ranks(settings: Settings, config: TrialConfig, send: Emit) -> None:
+    """Run one trial as `settings.ranks` ranks; this process is rank 0 and reports through `send`."""
+    world = settings.ranks
+    port = _free_port()
+    errors_r, errors_w = os.pipe()  # ranks that fail say why here before they exit
+    children: list[int] = []
+    for rank in range(1, world):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (runs in the forked rank)
+            os.close(errors_r)
+            _set_pdeathsig()
+            code = 0
+            try:
+                _rank_main(rank, world, port, settings, config, lambda message: None, errors_w)
+            except BaseException as exc:
+                traceback.print_exc()
+                _tell(errors_w, f"rank {rank}: {_describe(exc)}")
+                code = 1
+            finally:
+                sys.stderr.flush()
+            os._exit(code)
+        children.append(pid)
+    os.close(errors_w)
+    try:
+        _rank_main(0, world, port, settings, config, send, errors_r)
+    except BaseException:
+        for pid in children:  # they would wait for rank 0 in a collective until the timeout
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        raise
+    finally:
+        _reap(children)
+        os.close(errors_r)
+
+
+def _rank_main(
+    rank: int, world: int, port: int, settings: Settings, config: TrialConfig, emit: Emit, errors: int
+) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from loadertop.core.consumer import make_consumer
+    from loadertop.core.loader import build_loader
+    from loadertop.core.measure import Measurement
+
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+        GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+    )  # fmt: skip
+    print(f"--- rank {rank} of {world}, pid {os.getpid()}", file=sys.stderr, flush=True)
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{port}",
+        rank=rank,
+        world_size=world,
+        # Hangs are the driver's to find (--trial-timeout, paused time excluded); a short gloo timeout would fail a
+        # trial the user merely paused during a collective. A rank that dies breaks its peers' connections at once.
+        timeout=timedelta(hours=24),
+    )
+    gather = _Gather(dist, world, errors if rank == 0 else None)
+    try:
+        if torch.cuda.is_available():
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+        built = build_loader(settings, config, rank, world)
+        consumer = make_consumer(settings, config)
+        m = Measurement(built.loader, config, settings, consumer, built.control, check_shards=built.iterable)
+
+        # Every rank starts its workers, then all take their first batches together, as under torchrun.
+        mine = {"pid": os.getpid(), "workers": m.start()}
+        every = gather(mine)
+        workers = [w for r in every for w in r["workers"]]
+        ranks = [r["pid"] for r in every[1:]]
+        emit({"type": "workers", "worker_pids": workers, "rank_pids": ranks})
+        first = m.first_batch()
+        emit({"type": "started", "worker_pids": workers, "rank_pids": ranks, "first_batch_s": first})
+        warning = m.warm_up()
+        if warning:
+            emit({"type": "notice", "level": "warning", "message": f"rank {rank}: {warning}"})
+
+        # One measured window for all: stopping one rank early would flatter the others.
+        elapsed = max(gather(time.perf_counter() - m.started - first))  # of the budget, which starts at the first batch
+        window = max(settings.trial_seconds - elapsed, settings.min_blocks * settings.block_seconds)
+        finished = m.blocks(_scaled(emit, world), stop_when_stable=False, seconds=window)
+        finished["warnings"] = [warning] if warning else []
+        emit(aggregate(gather(finished)))
+
+        # The epoch boundary, every rank at once (after "finished": outside the probes' steady window).
+        boundaries = [b for b in gather(m.epoch_boundary()) if b is not None]
+        emit({"type": "epoch", "epoch_restart_s": max(boundaries) if boundaries else None})
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+class _Gather:
+    """all_gather_object; when a peer has died, rank 0 raises with the reason that rank left in the pipe."""
+
+    def __init__(self, dist: Any, world: int, errors: int | None) -> None:
+        self.dist = dist
+        self.world = world
+        self.errors = errors
+
+    def __call__(self, value: Any) -> list[Any]:
+        out: list[Any] = [None] * self.world
+        try:
+            self.dist.all_gather_object(out, value)
+        except Exception as exc:
+            reason = _read_error(self.errors) if self.errors is not None else None
+            if reason:
+                raise RankError(reason) from exc
+            raise
+        return out
+
+
+def _scaled(emit: Emit, world: int) -> Emit:
+    """Live blocks from rank 0 stand for the node: rates × ranks (the finished figure sums the real ones)."""
+
+    def send(message: dict[str, Any]) -> None:
+        if message.get("type") == "block":
+            message = {**message, "batches_per_s": message["batches_per_s"] * world,
+                       "samples_per_s": message["samples_per_s"] * world, "ranks": world}  # fmt: skip
+        emit(message)
+
+    return send
+
+
+def _tell(fd: int, text: str) -> None:
+    with contextlib.suppress(OSError):
+        os.write(fd, (" ".join(text.split())[:3000] + "\n").encode())
+
+
+def _read_error(fd: int, wait: float = 3.0) -> str | None:
+    """The first failing rank's reason: it writes before it exits, and its exit is what broke the collective."""
+    ready, _, _ = select.select([fd], [], [], wait)
+    if not ready:
+        return None
+    data = os.read(fd, 65536).decode(errors="replace").strip()
+    return data.splitlines()[0] if data else None
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        from loadertop.core.crashes import describe
+
+        return describe(exc)
+    except Exception:  # its own failure must not hide the rank's
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _set_pdeathsig() -> None:
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+
+
+def _reap(children: list[int], timeout: float = 5.0) -> None:
+    """Wait for the other ranks (they leave after the last collective); kill what dawdles."""
+    deadline = time.monotonic() + timeout
+    pending = set(children)
+    while pending and time.monotonic() < deadline:
+        for pid in list(pending):
+            with contextlib.suppress(ChildProcessError):
+                done, _ = os.waitpid(pid, os.WNOHANG)
+                if done == 0:
+                    continue
+            pending.discard(pid)
+        time.sleep(0.02)
+    for pid in pending:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+
+
+def with_notes(trial: TrialResult, ranks: int, usable_cpus: int) -> TrialResult:
+    """The trial's reason, plus what it found wrong with the data and, with several ranks, the node's process
+    count and each rank's share."""
+    notes = list(trial.warnings)
+    if ranks > 1 and trial.status == "ok":
+        total = processes(trial.config.num_workers, ranks)
+        shares = " + ".join(f"{r:.0f}" for r in trial.rank_samples_per_s)
+        notes.append(f"{ranks} ranks ({shares} samples/s), {total} processes on {usable_cpus} CPUs")
+        rates = trial.rank_samples_per_s
+        if rates and min(rates) < UNEVEN * max(rates):
+            # DDP steps in lockstep: the node goes at its slowest rank.
+            lockstep = ranks * min(rates)
+            notes.append(f"uneven ranks: in lockstep training {ranks} × the slowest = {lockstep:.0f} samples/s")
+    if not notes:
+        return trial
+    reason = "; ".join([trial.reason, *notes] if trial.reason else notes)
+    return dataclasses.replace(trial, reason=reason)

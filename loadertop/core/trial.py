@@ -1,0 +1,26 @@
+"""One trial process: build the DataLoader, run the measured loop, report; with `--ranks R`, as R ranks.
+
+Runs in the process the runner forks per trial (it leads the trial's process group).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loadertop.core.config import Settings, TrialConfig
+
+
+def run_trial(settings: Settings, config: TrialConfig, send: Callable[[dict[str, Any]], None]) -> None:
+    if settings.ranks > 1:
+        from loadertop.core.ranks import run_ranks
+
+        run_ranks(settings, config, send)
+        return
+    from loadertop.core.consumer import make_consumer
+    from loadertop.core.loader import build_loader
+    from loadertop.core.measure import measure
+
+    built = build_loader(settings, config)
+    consumer = make_consumer(settings, config)
+    measure(built.loader, config, settings, consumer, send, control=built.control, check_shards=built.iterable)

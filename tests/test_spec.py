@@ -1,0 +1,154 @@
+"""Dataset and consumer specs: every form loads, every bad one is one line and exit code 2 through the real CLI."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+
+from loadertop.core.spec import SpecError, check_dataset, load_callable, load_dataset, one_line, split_callable
+
+DATA = Path(__file__).parent / "data"
+Run = tuple[int, str, str]  # exit code, stdout, stderr
+
+
+def test_file_spec_with_collate_fn_and_drop_last() -> None:
+    dataset, extra = load_dataset(f"{DATA}/collate_ds.py:build", {"length": "10", "features": "4"})
+    assert len(dataset) == 10
+    assert set(extra) == {"collate_fn", "drop_last"}
+    batch = extra["collate_fn"]([dataset[0], dataset[1]])
+    assert batch["x"].shape == (2, 4) and batch["ids"] == ["rec-000000", "rec-000001"]
+    # The file's folder is on sys.path, so spawn workers can import what it defines by name.
+    assert str(DATA) in sys.path
+    assert type(dataset).__module__ == "collate_ds"
+
+
+def test_package_module_spec(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(DATA))
+    dataset, extra = load_dataset("pkgds.tabular:make", {"rows": "5", "width": "8"})
+    x, y = dataset[3]
+    assert len(dataset) == 5 and x.shape == (8,) and y == 0 and extra == {}
+
+
+def test_synthetic_and_imagefolder_specs(tmp_path: Path) -> None:
+    from loadertop.core.imagefolder import make_image_folder
+
+    dataset, extra = load_dataset("synthetic:length=7,kb=1")
+    assert len(dataset) == 7 and extra == {}
+    make_image_folder(tmp_path / "imgs", count=4, classes=2, min_side=40, max_side=60)
+    dataset, _ = load_dataset(f"imagefolder:{tmp_path / 'imgs'}:size=32")
+    assert len(dataset) == 4 and dataset[0][0].shape == (3, 32, 32)
+
+
+@pytest.mark.parametrize(
+    ("spec", "kwargs", "needle"),
+    [
+        (f"{DATA}/missing.py:build", {}, "not found"),
+        (f"{DATA}/collate_ds.py:nope", {}, "has no attribute 'nope'"),
+        (f"{DATA}/broken_import.py:make", {}, "No module named 'nonexistent_dependency_xyz'"),
+        ("no_such_pkg_xyz.mod:make", {}, "cannot import 'no_such_pkg_xyz.mod'"),
+        (f"{DATA}/bad_specs.py:raises", {}, "raised FileNotFoundError: /data/train/labels.csv"),
+        (f"{DATA}/bad_specs.py:not_a_dataset", {}, "returned dict_items, not a Dataset"),
+        (f"{DATA}/bad_specs.py:empty", {}, "empty dataset"),
+        (f"{DATA}/bad_specs.py:fixes_batch_size", {}, "fixes batch_size, which loadertop sweeps"),
+        (f"{DATA}/collate_ds.py:build", {"bogus": "1"}, "unexpected keyword argument 'bogus'"),
+        ("nocolon", {}, "expected synthetic"),
+        ("imagefolder:/nonexistent/folder", {}, "folder not found"),
+    ],
+)
+def test_bad_specs_raise_one_line(spec: str, kwargs: dict[str, str], needle: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        load_dataset(spec, kwargs)
+    message = str(caught.value)
+    assert needle in message and "\n" not in message
+
+
+def test_what_counts_as_a_dataset() -> None:
+    assert check_dataset([torch.zeros(2), torch.ones(2)], "x:y")[0][1].sum() == 2  # a list of samples works
+    for wrong in ("a string", b"bytes", 42, None):
+        with pytest.raises(SpecError, match="not a Dataset"):
+            check_dataset(wrong, "x:y")
+    with pytest.raises(SpecError, match="without a 'dataset' key"):
+        check_dataset({"collate_fn": print}, "x:y")
+    with pytest.raises(SpecError, match="colate_fn, which DataLoader does not take"):
+        check_dataset({"dataset": [1], "colate_fn": print}, "x:y")
+
+
+def test_multi_line_messages_become_one_line() -> None:
+    assert one_line("first\n  second\tthird ") == "first second third"
+    assert "\n" not in str(SpecError("a\nb"))
+
+
+def test_consumer_specs() -> None:
+    step = load_callable(f"{DATA}/steps.py:matmul_step", "consumer")
+    step(torch.zeros(4, 300))
+    with pytest.raises(SpecError, match="is not callable"):
+        load_callable(f"{DATA}/steps.py:not_callable", "consumer")
+    with pytest.raises(SpecError, match="consumer spec 'steps'"):
+        split_callable("steps", "consumer")
+
+
+# -- through the real CLI: one line on stderr, exit code 2, no traceback, nothing left running ------------------
+
+
+def _tagged(tag: str) -> list[psutil.Process]:
+    """Processes (any parent) that inherited this test's environment tag: what a run left behind."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("LOADERTOP_TEST_TAG") == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+BAD = [
+    (["--dataset", f"{DATA}/missing.py:build"], "file '", "not found"),
+    (["--dataset", f"{DATA}/collate_ds.py:nope"], "has no attribute 'nope'", ""),
+    (["--dataset", f"{DATA}/broken_import.py:make"], "importing broken_import.py raised ModuleNotFoundError", ""),
+    (["--dataset", "no_such_pkg_xyz.mod:make"], "cannot import 'no_such_pkg_xyz.mod'", ""),
+    (["--dataset", f"{DATA}/bad_specs.py:raises"], "raised FileNotFoundError", "labels.csv"),
+    (["--dataset", f"{DATA}/bad_specs.py:not_a_dataset"], "not a Dataset", ""),
+    (["--dataset", f"{DATA}/bad_specs.py:empty"], "empty dataset", ""),
+    (["--dataset", f"{DATA}/iterables.py:empty_stream"], "IterableDataset that yields nothing", ""),
+    (["--dataset", f"{DATA}/bad_specs.py:unpicklable", "--start-method", "spawn"], "cannot be pickled", "spawn"),
+    (["--dataset", f"{DATA}/bad_specs.py:lambda_collate", "--start-method", "forkserver"], "collate_fn cannot", ""),
+    (["--dataset", "imagefolder:/nonexistent/folder"], "imagefolder '/nonexistent/folder': folder not found", ""),
+    (["--consumer", f"{DATA}/steps.py:not_callable"], "--consumer: ", "is not callable"),
+    (["--consumer", f"{DATA}/steps.py:matmul_step", "--step-ms", "5"], "drop --step-ms", ""),
+    (["--ranks", "0"], "--ranks 0", ""),
+]
+
+
+def _run_all(cases: list[list[str]], tmp_path: Path, env: dict[str, str], at_once: int = 4) -> list[Run]:
+    """Each case pays for a runner that imports torch: a few at a time keeps the set short on two cores."""
+    results: list[Run] = []
+    for start in range(0, len(cases), at_once):
+        procs = []
+        for args in cases[start : start + at_once]:
+            cmd = [sys.executable, "-m", "loadertop", "--headless", "--workers", "0,1", "--out", str(tmp_path), *args]
+            procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env))
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            results.append((proc.returncode, out, err))
+    return results
+
+
+def test_every_bad_spec_is_one_line_exit_2_and_leaves_nothing(tmp_path: Path) -> None:
+    tag = uuid.uuid4().hex
+    env = {**os.environ, "LOADERTOP_TEST_TAG": tag}
+    results = _run_all([args for args, _, _ in BAD], tmp_path, env)
+    for (args, needle, also), (code, out, err) in zip(BAD, results, strict=True):
+        lines = err.strip().splitlines()
+        assert code == 2, (args, err)
+        assert len(lines) == 1 and lines[0].startswith("loadertop: error: "), (args, err)
+        assert needle in lines[0] and also in lines[0], (args, lines[0])
+        assert "Traceback" not in err and out == "", (args, err)
+    assert not _tagged(tag), "a bad spec left processes behind"
