@@ -1,16 +1,45 @@
 """Search strategies: which configuration to measure next, given what has been measured.
 
 The driver asks `next(done)` before each trial until it answers None. `planned()` is the current plan
-(for progress displays); an adaptive strategy may grow or shrink it as it learns.
+(for progress displays); an adaptive strategy may grow or shrink it as it learns. `setup()` hands the planner the
+machine and the consumer's ceiling before the first trial; `take_notes()` returns its decisions since the last
+call, one line each, so the driver can put them in the event stream.
+
+The adaptive search, in order:
+
+1. climb a geometric ladder of num_workers (0, 1, 2, 4, 8, ...) on the first value of every other knob, and stop
+   when a rung gains less than the noise band over the best rung below it, when a rung is within noise of the
+   ceiling, when a rung fails (a guard or a fault says no), or at the top of the range or the memory budget.
+   The USL fitted to the rungs so far may move the next rung closer: to its predicted peak N*, or to where it
+   predicts the ceiling is reached, when that comes before the next doubling;
+2. refine by bisection between the cheapest rung within noise of the best and the rung below it (the answer,
+   "cheapest within the noise band of the best", lies between them); one more look above the best rung only
+   when the USL predicts a higher peak there;
+3. only then try the other knobs' values (batch size, prefetch, pin_memory, ...) one at a time at the choice;
+4. measure the finalists again (the choice and its closest rival) so the decision rests on two runs each.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import math
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
+from loadertop.core.analysis import BAND_CAP, choose, merge_repeats, noise_band
 from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.results import TrialResult
+from loadertop.core.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
+from loadertop.core.usl import fit_usl, trusted, workers_to_reach
+
+# A search cannot beat measuring everything when there is this little to measure (a climb and one repeat).
+SMALL_SPACE = 4
+# Share of the memory we may use (MemAvailable, or the cgroup's headroom if tighter) that the loader may take:
+# the training process needs the rest for the model, optimizer state and its own batches.
+MEMORY_BUDGET_FRACTION = 0.5
+# Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
+REFINE_PRECISION = 0.25
+MAX_REFINE = 4
+RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
 
 
 class Planner(Protocol):
@@ -18,12 +47,17 @@ class Planner(Protocol):
 
     def next(self, done: Sequence[TrialResult]) -> TrialConfig | None: ...
 
+    def setup(self, machine: MachineInfo, ceilings: Sequence[Ceiling]) -> None: ...
+
+    def take_notes(self) -> list[SearchStep]: ...
+
 
 class GridPlanner:
     """Every configuration of the sweep space, in order: the exhaustive baseline."""
 
     def __init__(self, configs: Sequence[TrialConfig]) -> None:
         self._configs = tuple(configs)
+        self.trace: list[SearchStep] = []
 
     def planned(self) -> tuple[TrialConfig, ...]:
         return self._configs
@@ -31,8 +65,421 @@ class GridPlanner:
     def next(self, done: Sequence[TrialResult]) -> TrialConfig | None:
         return self._configs[len(done)] if len(done) < len(self._configs) else None
 
+    def setup(self, machine: MachineInfo, ceilings: Sequence[Ceiling]) -> None:
+        pass
+
+    def take_notes(self) -> list[SearchStep]:
+        return []
+
 
 def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) -> Planner:
     if only:
         return GridPlanner(only)
+    if settings.search == "adaptive":
+        return AdaptivePlanner(settings)
     return GridPlanner(settings.trial_configs())
+
+
+class _Stop(Exception):
+    """The search has nothing more worth measuring."""
+
+
+class AdaptivePlanner:
+    def __init__(self, settings: Settings, space: Sequence[TrialConfig] | None = None) -> None:
+        self.settings = settings
+        self.tol = settings.tolerance
+        self.space = list(space if space is not None else settings.trial_configs())
+        self.counts = sorted({c.num_workers for c in self.space})
+        self.trace: list[SearchStep] = []
+        self.usl: UslFit | None = None
+        self._read = 0
+        self._done: Sequence[TrialResult] = ()
+        self._proposed: list[TrialConfig] = []
+        self._projection: list[TrialConfig] = []
+        self._template = next((c for c in self.space if c.num_workers > 0), self.space[0] if self.space else None)
+        self._ceilings: dict[int, float | None] = {}
+        self._mem_budget_mb: float | None = None
+        self._cpus: int | None = None
+        self._patient = False  # the one extra rung past an unsettled plateau has been spent
+        self._steps: Iterator[TrialConfig] = self._plan()
+        if self.space and len(self.space) > SMALL_SPACE:
+            self._projection = [self._at(n) for n in self._ladder(self.counts[0], self.counts[-1])]
+
+    # -- the Planner protocol ----------------------------------------------------------------------------
+
+    def planned(self) -> tuple[TrialConfig, ...]:
+        if len(self.space) <= SMALL_SPACE:
+            return tuple(self.space)
+        ahead = [c for c in self._projection if c not in self._proposed]
+        return tuple(self._proposed) + tuple(ahead)
+
+    def setup(self, machine: MachineInfo, ceilings: Sequence[Ceiling]) -> None:
+        self._cpus = machine.usable_cpus
+        room = [machine.mem_available_mb]
+        if machine.cgroup_mem_headroom_mb is not None:
+            room.append(machine.cgroup_mem_headroom_mb)
+        self._mem_budget_mb = MEMORY_BUDGET_FRACTION * min(room)
+        self._ceilings = {c.batch_size: c.samples_per_s for c in ceilings}
+
+    def next(self, done: Sequence[TrialResult]) -> TrialConfig | None:
+        self._done = done
+        config = next(self._steps, None)
+        if config is not None:
+            self._proposed.append(config)
+        return config
+
+    def take_notes(self) -> list[SearchStep]:
+        notes = self.trace[self._read :]
+        self._read = len(self.trace)
+        return notes
+
+    # -- the plan, as one generator: each `yield` is a trial; `self._done` has its result when it resumes --------
+
+    def _plan(self) -> Iterator[TrialConfig]:
+        if not self.space:
+            return
+        if len(self.space) <= SMALL_SPACE:
+            self._note("plan", f"{len(self.space)} configurations: measuring all of them (no search is cheaper)")
+            yield from self.space
+            self._note("done", f"measured all {len(self.space)} configurations")
+            return
+        try:
+            yield from self._climb()
+            yield from self._refine()
+            yield from self._knobs()
+            yield from self._repeat()
+        except _Stop:
+            pass
+        self._projection = []
+        self._note("done", self._summary())
+
+    # -- 1. climb -------------------------------------------------------------------------------------------
+
+    def _climb(self) -> Iterator[TrialConfig]:
+        lo, hi = self.counts[0], self.counts[-1]
+        self._note(
+            "plan",
+            f"climb num_workers {lo}, 1, 2, 4, ... up to {hi} (the top of the range; throughput, memory or a guard "
+            "stop it sooner), "
+            f"{self._template.label() if self._template else ''} for the other knobs; noise band {_pct(self.tol)}",
+        )
+        n: int | None = lo
+        failures = 0
+        while n is not None:
+            config = self._at(n)
+            yield config
+            t = self._result(config)
+            if t.status != "ok":
+                failures += 1
+                if n == 0 and failures == 1 and hi > 0:  # the main process may fail where workers would not
+                    self._note("climb", f"0 workers failed ({t.error}); trying workers anyway", config.label())
+                    n = self._at_least(1, above=0)
+                    continue
+                self._note("stop", f"stopped climbing: {_w(n)} {t.status} ({t.error}): a guard or fault says no")
+                return
+            stop = self._stop_climbing(n, t)
+            if stop:
+                self._note("stop", stop)
+                return
+            n = self._next_rung(n, t)
+
+    def _stop_climbing(self, n: int, t: TrialResult) -> str | None:
+        x = _sps(t)
+        ceiling = self._ceilings.get(t.config.batch_size)
+        head = f"{_w(n)}: {x:.0f} samples/s"
+        if ceiling and x >= ceiling * (1.0 - min(max(self.tol, t.spread or 0.0), BAND_CAP * self.tol)):
+            share = _pct(x / ceiling)
+            return f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
+        below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
+        if n >= 1 and below:
+            prev = max(below, key=_sps)
+            band = noise_band(t, prev, self.tol)
+            gain = x / _sps(prev) - 1.0 if _sps(prev) > 0 else math.inf
+            if gain < band:
+                if not t.stable and not self._patient and n < self.counts[-1]:
+                    # Its spread never settled (a busy machine, a short budget): one rung more before concluding.
+                    self._patient = True
+                    self._note(
+                        "climb",
+                        f"{head}, {_signed(gain)} over {_w(prev.config.num_workers)}, but its spread never settled "
+                        f"(±{_pct(t.spread or 0.0)} over {t.blocks} blocks): one more rung before concluding",
+                    )
+                    return None
+                flat = self._flat()
+                return (
+                    f"stopped climbing: {head}, {_signed(gain)} over {_w(prev.config.num_workers)} "
+                    f"({_sps(prev):.0f}), less than the {_pct(band)} noise band{flat}"
+                )
+        if n >= self.counts[-1]:
+            return f"stopped climbing: {head}, the top of the range, still gaining"
+        return None
+
+    def _next_rung(self, n: int, t: TrialResult) -> int | None:
+        """The next rung: double (0 → 1), brought closer by the USL when it predicts a peak or the ceiling sooner,
+        capped by the memory budget. Notes why."""
+        target = 1 if n == 0 else 2 * n
+        why = "next rung of the ladder"
+        fit = self._fit()
+        if fit is not None and trusted(fit):
+            ceiling = self._ceilings.get(t.config.batch_size)
+            reach = workers_to_reach(fit, ceiling * (1.0 - self.tol), target) if ceiling else None
+            if fit.peak_workers is not None and n < fit.peak_workers < target:
+                target = max(n + 1, round(fit.peak_workers))
+                why = f"USL predicts the peak at N*={fit.peak_workers:.1f}, before the next doubling"
+            elif reach is not None and n < reach < target:
+                target = reach
+                why = f"USL predicts the ceiling is reached at {_w(reach)}, before the next doubling"
+        memory_cap = self._memory_cap(n, t)
+        if memory_cap is not None and target > memory_cap:
+            if memory_cap <= n:
+                self._note("stop", f"stopped climbing: more than {_w(n)} would exceed the memory budget")
+                return None
+            target = memory_cap
+            why = f"memory budget ({self._mem_budget_mb:.0f} MB) allows at most {_w(memory_cap)}"
+        nxt = self._at_least(target, above=n)
+        if nxt is None:
+            nxt = self._above(n)  # past the top of the range: its last value
+        if nxt is None:
+            return None
+        cpu = _cpu_text(t, self._cpus)
+        self._note("climb", f"{_w(n)}: {_sps(t):.0f} samples/s{cpu}; {why}: {_w(nxt)}", self._at(nxt).label())
+        self._projection = [self._at(m) for m in self._ladder(nxt, self.counts[-1])]
+        return nxt
+
+    def _memory_cap(self, n: int, t: TrialResult) -> int | None:
+        """The most workers whose projected memory (this rung's total plus its per-worker cost for each added
+        worker) fits in the budget; None when either is unknown."""
+        if self._mem_budget_mb is None or n == 0 or t.total_pss_mb is None:
+            return None
+        per_worker = sum(t.worker_uss_mb) / len(t.worker_uss_mb) if t.worker_uss_mb else None
+        if not per_worker or per_worker <= 0:
+            return None
+        return n + int((self._mem_budget_mb - t.total_pss_mb) // per_worker)
+
+    # -- 2. refine ------------------------------------------------------------------------------------------
+
+    def _refine(self) -> Iterator[TrialConfig]:
+        for _ in range(MAX_REFINE):
+            curve = self._curve()
+            chosen = choose(curve, self.tol)
+            if chosen is None:
+                raise _Stop
+            best, c = chosen
+            n_c = c.config.num_workers
+            lower = [r.config.num_workers for r in curve if r.config.num_workers < n_c]
+            if not lower:
+                break
+            p = max(lower)
+            between = [m for m in self.counts if p < m < n_c and not self._measured(self._at(m))]
+            if not between:
+                break
+            if n_c - p <= max(1, REFINE_PRECISION * n_c):
+                self._note("refine", f"{_w(p)} and {_w(n_c)} are close enough: no further bisection")
+                break
+            m, why = self._midpoint(p, n_c, between, _sps(best))
+            self._note(
+                "refine",
+                f"{_w(n_c)} is the fewest within noise of the best ({_sps(best):.0f} samples/s at "
+                f"{_w(best.config.num_workers)}), {_w(p)} is not: {why} {_w(m)}",
+                self._at(m).label(),
+            )
+            yield self._at(m)
+        yield from self._refine_above()
+
+    def _midpoint(self, p: int, c: int, between: list[int], best: float) -> tuple[int, str]:
+        """Plain bisection. The USL's guess of where the band begins is shown beside it, not used: on curves with a
+        hard wall (the training process saturating) the smooth model overshoots, and a guess clamped into the
+        interval shrinks it more slowly than halving does."""
+        why = "bisect at"
+        fit = self._fit()
+        if fit is not None and trusted(fit):
+            reach = workers_to_reach(fit, best * (1.0 - self.tol), c)
+            if reach is not None:
+                why = f"(USL guesses {_w(reach)}) bisect at"
+        target = (p + c) / 2
+        return min(between, key=lambda m: (abs(m - target), m)), why
+
+    def _refine_above(self) -> Iterator[TrialConfig]:
+        """One look between the best rung and the rung above it, only when the USL predicts a higher peak there."""
+        fit = self._fit()
+        curve = self._curve()
+        chosen = choose(curve, self.tol)
+        if fit is None or not trusted(fit) or chosen is None or fit.peak_workers is None:
+            return
+        best = chosen[0]
+        b = best.config.num_workers
+        upper = [r.config.num_workers for r in curve if r.config.num_workers > b]
+        if not upper:
+            return
+        h = min(upper)
+        peak = fit.peak_workers
+        between = [m for m in self.counts if b < m < h and not self._measured(self._at(m))]
+        if not between or not b < peak < h or fit.predict(peak) <= _sps(best) * (1.0 + self.tol):
+            return
+        m = min(between, key=lambda v: abs(v - peak))
+        self._note(
+            "refine",
+            f"USL predicts a peak of {fit.predict(peak):.0f} samples/s at N*={peak:.1f}, above the best rung: trying "
+            f"{_w(m)}",
+            self._at(m).label(),
+        )
+        yield self._at(m)
+
+    # -- 3. other knobs -------------------------------------------------------------------------------------
+
+    def _knobs(self) -> Iterator[TrialConfig]:
+        names = [f.name for f in dataclasses.fields(TrialConfig) if f.name != "num_workers"]
+        varying = [name for name in names if len({getattr(c, name) for c in self.space}) > 1]
+        for name in varying:
+            chosen = choose(self._done, self.tol)
+            if chosen is None:
+                raise _Stop
+            base = chosen[1].config
+            alternatives = [
+                c
+                for c in self.space
+                if c.num_workers == base.num_workers
+                and getattr(c, name) != getattr(base, name)
+                and all(getattr(c, k) == getattr(base, k) for k in names if k != name)
+                and not self._measured(c)
+            ]
+            for alt in alternatives:
+                self._note(
+                    "knobs",
+                    f"at the choice ({base.label()}): try {name}={getattr(alt, name)}",
+                    alt.label(),
+                )
+                yield alt
+            after = choose(self._done, self.tol)
+            if after is not None and after[1].config != base:
+                self._note("knobs", f"{name}: {after[1].config.label()} is now the choice")
+
+    # -- 4. repeat the finalists ----------------------------------------------------------------------------
+
+    def _repeat(self) -> Iterator[TrialConfig]:
+        ok = merge_repeats([t for t in self._done if t.status == "ok" and t.samples_per_s is not None])
+        chosen = choose(ok, self.tol)
+        if chosen is None:
+            return
+        best, c = chosen
+        # The rival is what a second run could put in the choice's place: the best when it is another
+        # configuration; else the closest contender within twice the band, a cheaper one first.
+        others = [
+            t
+            for t in ok
+            if t.config != c.config and _sps(t) >= _sps(best) * (1.0 - RIVAL_BANDS * noise_band(t, best, self.tol))
+        ]
+        cheaper = [t for t in others if t.config.num_workers < c.config.num_workers]
+        rival: TrialResult | None = None
+        if best.config != c.config:
+            rival = best
+        elif others:
+            rival = max(cheaper or others, key=_sps)
+        if rival is None:
+            self._note("repeat", f"{c.config.label()} is a clear choice: nothing else within {RIVAL_BANDS:g}× the "
+                                 "noise band, no repeat needed")  # fmt: skip
+            return
+        for t in (c, rival):
+            self._note(
+                "repeat",
+                f"finalist {t.config.label()} ({_sps(t):.0f} samples/s ±{_pct(t.spread or 0.0)}) measured again "
+                "to tighten its spread",
+                t.config.label(),
+            )
+            yield t.config
+
+    # -- helpers --------------------------------------------------------------------------------------------
+
+    def _note(self, phase: str, message: str, config: str | None = None) -> None:
+        self.trace.append(SearchStep(phase, message, config))
+
+    def _summary(self) -> str:
+        chosen = choose(self._done, self.tol)
+        n = len(self._done)
+        if chosen is None:
+            return f"search done after {n} trials: no trial finished"
+        best, c = chosen
+        return (
+            f"search done after {n} trials: best {best.config.label()} at {_sps(best):.0f} samples/s; "
+            f"fewest workers within the noise band: {c.config.label()} at {_sps(c):.0f}"
+        )
+
+    def _ladder(self, start: int, top: int) -> list[int]:
+        rungs = [start]
+        n = start
+        while True:
+            nxt = self._at_least(1 if n == 0 else 2 * n, above=n)
+            if nxt is None or nxt > top:
+                break
+            rungs.append(nxt)
+            n = nxt
+        if rungs[-1] < top:
+            rungs.append(top)
+        return rungs
+
+    def _at_least(self, target: int, above: int) -> int | None:
+        options = [m for m in self.counts if m >= target and m > above]
+        return min(options) if options else None
+
+    def _above(self, n: int) -> int | None:
+        options = [m for m in self.counts if m > n]
+        return max(options) if options else None
+
+    def _at(self, n: int) -> TrialConfig:
+        """The configuration with `n` workers and the climb's other knobs (the matching 0-worker one for 0)."""
+        template = self._template
+        assert template is not None
+        same = [c for c in self.space if c.num_workers == n]
+        names = [f.name for f in dataclasses.fields(TrialConfig) if f.name != "num_workers"]
+        return max(same, key=lambda c: sum(getattr(c, k) == getattr(template, k) for k in names))
+
+    def _result(self, config: TrialConfig) -> TrialResult:
+        return next(t for t in reversed(self._done) if t.config == config)
+
+    def _measured(self, config: TrialConfig) -> bool:
+        return any(t.config == config for t in self._done)
+
+    def _curve(self) -> list[TrialResult]:
+        """The climb's finished points, one per worker count (repeats merged), sorted by workers."""
+        group = {self._at(n) for n in self.counts}
+        ok = [t for t in self._done if t.config in group and t.status == "ok" and t.samples_per_s is not None]
+        return sorted(merge_repeats(ok), key=lambda t: t.config.num_workers)
+
+    def _fit(self) -> UslFit | None:
+        curve = [t for t in self._curve() if t.config.num_workers >= 1]
+        self.usl = fit_usl([t.config.num_workers for t in curve], [_sps(t) for t in curve])
+        return self.usl
+
+    def _flat(self) -> str:
+        curve = self._curve()
+        if len(curve) < 3:
+            return ""
+        xs = [_sps(t) for t in curve]
+        top = max(xs)
+        band = min(max(self.tol, *(t.spread or 0.0 for t in curve)), BAND_CAP * self.tol)
+        if top > 0 and (top - min(xs)) / top <= band:
+            return f"; flat within {_pct((top - min(xs)) / top)} from {_w(curve[0].config.num_workers)}: no clear knee"
+        return ""
+
+
+def _sps(t: TrialResult) -> float:
+    return float(t.samples_per_s or 0.0)
+
+
+def _w(n: int) -> str:
+    return f"{n} worker" if n == 1 else f"{n} workers"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.0f}%" if abs(x) >= 0.1 else f"{x * 100:.1f}%"
+
+
+def _signed(x: float) -> str:
+    return f"{'+' if x >= 0 else '−'}{abs(x) * 100:.1f}%"
+
+
+def _cpu_text(t: TrialResult, cpus: int | None) -> str:
+    if t.cpu_percent is None:
+        return ""
+    of = f"/{cpus}" if cpus else ""
+    return f" (CPU {t.cpu_percent / 100:.1f}{of}, stall {_pct(t.stall_fraction or 0.0)})"

@@ -1,0 +1,559 @@
+"""The adaptive search against the exhaustive grid and the rules of thumb, on four workloads, on this machine.
+
+    python benchmarks/search_bench.py [--only io,cpu,consumer,images] [--max-workers 32] [--trial-seconds 5]
+                                      [--out benchmarks/RESULTS.md] [--json benchmarks/search_results.json]
+
+For each workload, in one process, one after the other: the adaptive search (`--search adaptive` over 0..max
+workers), the exhaustive grid (every worker count 0..max), and the article's plain loop (below). Then:
+
+  accuracy = grid throughput at the adaptive search's choice ÷ best grid throughput   (target ≥ 0.95)
+  cost     = adaptive wall time ÷ grid wall time                                       (target ≤ 0.35)
+
+and the same accuracy for the rules of thumb, read off the same grid: num_workers = usable CPUs, Lightning's
+"CPUs − 1", min(16, 0.75 × cores ÷ GPUs) (no GPU counts as one), and the plain loop's pick. The plain loop is run
+for real, as the article does it: for num_workers in 1..max, a fresh DataLoader, two epochs of a fixed number of
+batches timed from iter() (first epoch, start-up and prefetch buffer included), `pass` for a training step, and the
+fastest wins. It runs in its own process so the driver process never imports torch.
+
+Not part of CI's pytest run: it takes 20-30 minutes on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadertop.core.analysis import analyze
+from loadertop.core.config import Settings
+from loadertop.core.driver import Sweep
+from loadertop.core.events import Notice, SweepStarted, TrialFinished
+from loadertop.core.gpu import GpuProbe
+from loadertop.core.machine import machine_info
+from loadertop.core.results import SweepResult, TrialResult
+from loadertop.core.search import AdaptivePlanner
+
+HERE = Path(__file__).resolve().parent
+NAIVE_BATCHES_PER_EPOCH = 20
+LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # a coarse grid someone might run instead of every count
+SETTLED_BLOCKS = 3  # a grid trial counts as the reference only if it measured this many blocks
+
+
+@dataclass(frozen=True)
+class Workload:
+    key: str
+    title: str
+    spec: str  # "{images}" is replaced by the folder of generated JPEGs
+    batch_size: int
+    step_ms: float
+    why: str
+
+
+WORKLOADS = (
+    Workload(
+        "io",
+        "I/O-bound cost model",
+        "synthetic:io_ms=20,cpu_ms=1.5,kb=16",
+        16,
+        0.0,
+        "each sample waits 20 ms (a network read) and burns 1.5 ms of CPU: workers mostly sleep, until their "
+        "combined CPU meets the 2 cores",
+    ),
+    Workload(
+        "cpu",
+        "CPU-bound cost model",
+        "synthetic:cpu_ms=4,io_ms=0,kb=64",
+        32,
+        0.0,
+        "each sample burns 4 ms of CPU: the usable cores are the wall",
+    ),
+    Workload(
+        "consumer",
+        "consumer-bound (60 ms step)",
+        "synthetic:cpu_ms=0.05,io_ms=0,kb=16",
+        32,
+        60.0,
+        "a 60 ms training step per batch of 32 and cheap samples: the step sets the pace, whatever the loader does",
+    ),
+    Workload(
+        "images",
+        "real image pipeline (Pillow)",
+        "imagefolder:{images}",
+        32,
+        0.0,
+        "JPEG decode (500×375), resize the shorter side to 256, centre crop 224, to a uint8 tensor",
+    ),
+)
+
+
+@dataclass
+class Timed:
+    result: SweepResult
+    wall_s: float
+    trial_s: list[float] = field(default_factory=list)  # per trial, between TrialFinished events
+    notices: list[str] = field(default_factory=list)
+    load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at start and end
+
+
+def run_sweep(settings: Settings, out_dir: Path) -> Timed:
+    load0 = os.getloadavg()[0]
+    started = time.monotonic()
+    last = started
+    trial_s: list[float] = []
+    notices: list[str] = []
+    sweep = Sweep(settings, out_dir=out_dir)
+    for event in sweep.events():
+        if isinstance(event, SweepStarted):
+            last = time.monotonic()
+        elif isinstance(event, TrialFinished):
+            now = time.monotonic()
+            trial_s.append(now - last)
+            last = now
+            t = event.result
+            print(
+                f"    #{t.index:<2} {t.config.label():<24} {t.status} {t.samples_per_s or 0:8.0f} samples/s", flush=True
+            )
+        elif isinstance(event, Notice):
+            notices.append(event.message)
+            if event.message.startswith("search ("):
+                print(f"    {event.message}", flush=True)
+    assert sweep.result is not None
+    return Timed(sweep.result, time.monotonic() - started, trial_s, notices, (load0, os.getloadavg()[0]))
+
+
+def naive_loop(spec: str, batch_size: int, max_workers: int) -> dict[str, Any]:
+    """The article's loop, in a fresh process (it imports torch): seconds per worker count and the pick."""
+    code = [sys.executable, str(Path(__file__).resolve()), "--naive", spec, str(batch_size), str(max_workers)]
+    load0 = os.getloadavg()[0]
+    started = time.monotonic()
+    out = subprocess.run(code, capture_output=True, text=True, check=True, env=os.environ.copy())
+    data = json.loads(out.stdout.strip().splitlines()[-1])
+    data["wall_s"] = time.monotonic() - started
+    data["load"] = (load0, os.getloadavg()[0])
+    return data
+
+
+def _naive_main(spec: str, batch_size: int, max_workers: int) -> None:
+    import torch.utils.data as tud
+
+    from loadertop.core.spec import load_dataset
+
+    dataset, extra = load_dataset(spec, {})
+    n = min(len(dataset), NAIVE_BATCHES_PER_EPOCH * batch_size)
+    subset = tud.Subset(dataset, list(range(n)))
+    seconds: dict[int, float] = {}
+    for workers in range(1, max_workers + 1):
+        loader = tud.DataLoader(subset, batch_size=batch_size, num_workers=workers, shuffle=True, **extra)
+        start = time.perf_counter()
+        for _epoch in range(2):
+            for _batch in loader:
+                pass
+        seconds[workers] = time.perf_counter() - start
+        print(f"naive {workers} workers: {seconds[workers]:.2f} s", file=sys.stderr, flush=True)
+    pick = min(seconds, key=lambda w: (seconds[w], w))
+    print(json.dumps({"seconds": seconds, "pick": pick, "samples": 2 * n}))
+
+
+def make_jpegs(folder: Path, count: int) -> None:
+    """`count` 500×375 photos-like JPEGs (smooth gradients plus noise, quality 90) in one class folder."""
+    import numpy as np
+    from PIL import Image
+
+    target = folder / "photos"
+    target.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:375, 0:500]
+    for i in range(count):
+        base = np.stack([(xx * (1 + i % 3) + yy) % 256, (yy * 2 + i) % 256, (xx + yy * (1 + i % 5)) % 256], -1)
+        noise = rng.normal(0, 18, size=base.shape)
+        pixels = np.clip(base + noise, 0, 255).astype("uint8")
+        Image.fromarray(pixels).save(target / f"{i:05d}.jpg", quality=90)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Scoring
+
+
+def per_workers(result: SweepResult, min_blocks: int = 0) -> dict[int, float]:
+    """Grid throughput per worker count (the grid measures each once), from trials with at least `min_blocks`."""
+    return {
+        t.config.num_workers: float(t.samples_per_s)
+        for t in result.trials
+        if t.status == "ok" and t.samples_per_s is not None and t.blocks >= min_blocks
+    }
+
+
+def replay(grid: Timed) -> dict[str, Any]:
+    """The same planner driven by the grid's own measurements, each trial costed at its measured grid time.
+
+    It separates the search's logic from run-to-run noise: on a quiet machine the live search sees numbers like
+    these; on a busy one its own trials and the grid's disagree, and the live accuracy mixes both effects."""
+    settings = dataclasses.replace(grid.result.settings, search="adaptive")
+    measured = {t.config: (t, sec) for t, sec in zip(grid.result.trials, grid.trial_s, strict=False)}
+    planner = AdaptivePlanner(settings)
+    planner.setup(grid.result.machine, grid.result.ceilings)
+    done: list[TrialResult] = []
+    spent = grid.wall_s - sum(grid.trial_s)  # runner start-up and the ceiling: paid by any search
+    while (config := planner.next(done)) is not None:
+        trial, sec = measured[config]
+        done.append(dataclasses.replace(trial, index=len(done)))
+        spent += sec
+    _, rec = analyze(done, settings, grid.result.machine)
+    curve = per_workers(grid.result)
+    settled = per_workers(grid.result, SETTLED_BLOCKS) or curve
+    n = rec.config.num_workers if rec else None
+    return {
+        "n": n,
+        "accuracy": curve[n] / max(settled.values()) if n is not None else None,
+        "cost": spent / grid.wall_s,
+        "trials": len(done),
+        "workers": [t.config.num_workers for t in done],
+        "trace": [f"{step.phase}: {step.message}" for step in planner.trace],
+    }
+
+
+def score(workload: Workload, adaptive: Timed, grid: Timed, naive: dict[str, Any], cpus: int, gpus: int) -> dict:
+    curve = per_workers(grid.result)
+    # The reference is the best *settled* grid trial: one that measured a few blocks. A trial the deadline ended
+    # after one block has no spread, and that block can catch a round-robin burst of the workers (seen: 1275/s at
+    # 30 workers on a pipeline whose settled trials top out near 500/s).
+    settled = per_workers(grid.result, SETTLED_BLOCKS) or curve
+    best_n = max(settled, key=lambda n: (settled[n], -n))
+    best = settled[best_n]
+    raw_n = max(curve, key=lambda n: (curve[n], -n))
+
+    def acc(n: int | None) -> float | None:
+        if n is None:
+            return None
+        nearest = min(curve, key=lambda m: abs(m - n))  # every count is on the grid; this only guards a failure
+        return curve[nearest] / best
+
+    rec = adaptive.result.recommendation
+    grid_rec = grid.result.recommendation
+    rules = {
+        "usable CPUs": cpus,
+        "CPUs − 1": max(cpus - 1, 0),
+        "min(16, 0.75×cores÷GPUs)": min(16, int(0.75 * cpus / max(gpus, 1))),
+        "plain loop": int(naive["pick"]),
+    }
+    # What an 11-point ladder grid would have cost: its trials' share of the grid's time, plus the fixed part.
+    fixed = grid.wall_s - sum(grid.trial_s)
+    ladder_s = fixed + sum(
+        sec for t, sec in zip(grid.result.trials, grid.trial_s, strict=False) if t.config.num_workers in LADDER
+    )
+    return {
+        "workload": workload.key,
+        "best_n": best_n,
+        "best": best,
+        "raw_best_n": raw_n,
+        "raw_best": curve[raw_n],
+        "unsettled": sorted(set(curve) - set(settled)),
+        "adaptive_n": rec.config.num_workers if rec else None,
+        "adaptive_accuracy": acc(rec.config.num_workers if rec else None),
+        "grid_n": grid_rec.config.num_workers if grid_rec else None,
+        "grid_accuracy": acc(grid_rec.config.num_workers if grid_rec else None),
+        "adaptive_trials": len(adaptive.result.trials),
+        "grid_trials": len(grid.result.trials),
+        "adaptive_wall_s": adaptive.wall_s,
+        "grid_wall_s": grid.wall_s,
+        "cost": adaptive.wall_s / grid.wall_s,
+        "cost_vs_ladder": adaptive.wall_s / ladder_s,
+        "rules": {name: {"n": n, "accuracy": acc(n)} for name, n in rules.items()},
+        "naive_wall_s": naive["wall_s"],
+        "replay": replay(grid),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Report
+
+
+def fmt(x: float | None, spec: str = ".2f") -> str:
+    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def report(facts: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        "# Adaptive search vs the exhaustive grid",
+        "",
+        "Produced by `python benchmarks/search_bench.py` "
+        f"(`--max-workers {args.max_workers}`; each workload's `--trial-seconds` is in its section); raw numbers "
+        f"in `{Path(args.json).name}`. Real DataLoaders and worker processes throughout.",
+        *([f"- {note}" for note in facts.get("notes", [])] or []),
+        "",
+        "## Machine",
+        "",
+        f"- {facts['summary']}",
+        f"- {facts['platform']}; Python {facts['python']}; torch {facts['torch']}",
+        f"- run {facts['started']} → {facts['finished']} ({facts['total_min']:.1f} min in all), at nice "
+        f"{facts['nice']} (inherited by the runner, trials and workers; `nice -n -10` keeps other users' jobs "
+        "from deciding the numbers on a shared machine)",
+        "- the machine was shared with other engineers' test runs: the 1-minute load average at the start and end of "
+        "each phase is listed per workload below (2 usable CPUs: a load above 2 means contention)",
+        "",
+        "## Summary",
+        "",
+        "accuracy = grid samples/s at the chosen worker count ÷ the best settled grid samples/s (target ≥ 0.95; "
+        f"settled: the trial measured at least {SETTLED_BLOCKS} blocks; the raw best is listed per workload); "
+        "cost = adaptive wall ÷ grid wall, whole sweeps (runner start, ceiling, every trial) (target ≤ 0.35).",
+        "",
+        "| workload | best on grid | grid's band rule | adaptive picks | adaptive accuracy | trials (adaptive/grid)"
+        " | wall s (adaptive/grid) | cost | usable CPUs | CPUs − 1 | min(16, 0.75×cores÷GPUs) | plain loop |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        s = run["score"]
+        rule_cells = [f"{r['n']} → {fmt(r['accuracy'])}" for r in s["rules"].values()]
+        lines.append(
+            f"| {run['title']} | {s['best_n']} ({s['best']:.0f}/s) | {s['grid_n']} → {fmt(s['grid_accuracy'])} "
+            f"| {s['adaptive_n']} | **{fmt(s['adaptive_accuracy'])}** | {s['adaptive_trials']}/{s['grid_trials']} "
+            f"| {s['adaptive_wall_s']:.0f}/{s['grid_wall_s']:.0f} | **{s['cost']:.2f}** | "
+            + " | ".join(rule_cells)
+            + " |"
+        )
+    accs = [r["score"]["adaptive_accuracy"] for r in runs if r["score"]["adaptive_accuracy"] is not None]
+    costs = [r["score"]["cost"] for r in runs]
+    total_a = sum(r["score"]["adaptive_wall_s"] for r in runs)
+    total_g = sum(r["score"]["grid_wall_s"] for r in runs)
+    lines += [
+        "",
+        f"Worst accuracy {min(accs):.2f}, mean {statistics.mean(accs):.2f}; worst cost {max(costs):.2f}, "
+        f"all four together {total_a:.0f} s / {total_g:.0f} s = {total_a / total_g:.2f}. "
+        "A rule-of-thumb cell reads `workers → accuracy`.",
+        "",
+        "### The search logic on the grid's own numbers (replay)",
+        "",
+        "The same planner, fed the grid's measurement for each configuration it asks for, each trial costed at its "
+        "measured grid time. It takes run-to-run noise out: it shows what the search decides from the grid's curve.",
+        "",
+        "| workload | replay picks | replay accuracy | replay trials | replay cost | workers it measured |",
+        "|---|---|---|---|---|---|",
+    ]
+    for run in runs:
+        r = run["score"]["replay"]
+        lines.append(
+            f"| {run['title']} | {r['n']} | **{fmt(r['accuracy'])}** | {r['trials']}/{run['score']['grid_trials']} "
+            f"| **{r['cost']:.2f}** | {', '.join(map(str, r['workers']))} |"
+        )
+    lines.append("")
+    for run in runs:
+        lines += workload_section(run)
+    return "\n".join(lines) + "\n"
+
+
+def workload_section(run: dict[str, Any]) -> list[str]:
+    a: SweepResult = run["adaptive"].result
+    g: SweepResult = run["grid"].result
+    naive = run["naive"]
+    out = [
+        f"## {run['title']}",
+        "",
+        f"`{run['spec']}`, batch {run['batch_size']}, step {run['step_ms']:g} ms, "
+        f"--trial-seconds {a.settings.trial_seconds:g}: {run['why']}.",
+        "",
+        f"- load average: adaptive {run['adaptive'].load[0]:.1f}→{run['adaptive'].load[1]:.1f}, "
+        f"grid {run['grid'].load[0]:.1f}→{run['grid'].load[1]:.1f}, plain loop {naive['load'][0]:.1f}→"
+        f"{naive['load'][1]:.1f}",
+        f"- ceiling: {ceiling_text(a)}",
+        f"- grid reference: best settled {run['score']['best_n']} workers ({run['score']['best']:.0f}/s); raw best "
+        f"{run['score']['raw_best_n']} workers ({run['score']['raw_best']:.0f}/s); grid trials with fewer than "
+        f"{SETTLED_BLOCKS} blocks: {', '.join(map(str, run['score']['unsettled'])) or 'none'}",
+        f"- adaptive: recommends {a.recommendation.config.label() if a.recommendation else '–'}: "
+        f"{a.recommendation.reason if a.recommendation else 'no recommendation'}",
+        f"- adaptive knee ({a.knee.rule if a.knee else '–'}): {a.knee.reason if a.knee else '–'}" + knee_rules(a),
+        f"- adaptive USL: {a.usl.note if a.usl else 'no fit (fewer than 3 worker counts ≥ 1)'}",
+        f"- grid: recommends {g.recommendation.config.label() if g.recommendation else '–'}: "
+        f"{g.recommendation.reason if g.recommendation else 'no recommendation'}",
+        f"- grid knee ({g.knee.rule if g.knee else '–'}): {g.knee.reason if g.knee else '–'}" + knee_rules(g),
+        f"- grid USL: {g.usl.note if g.usl else 'no fit'}",
+        f"- cost against a coarse grid ({', '.join(map(str, LADDER))}; its trials' times taken from the full grid): "
+        f"{run['score']['cost_vs_ladder']:.2f}",
+        f"- plain loop: picks {naive['pick']} workers in {naive['wall_s']:.0f} s (2 epochs of "
+        f"{NAIVE_BATCHES_PER_EPOCH} batches per count; its fastest: "
+        + ", ".join(f"{w}: {sec:.2f} s" for w, sec in sorted(naive["seconds"].items(), key=lambda kv: kv[1])[:3])
+        + ")",
+        "",
+        "Adaptive search trace:",
+        "",
+    ]
+    out += [f"{i + 1}. `{step.phase}` {step.message}" for i, step in enumerate(a.search_trace)]
+    out += [
+        "",
+        "Adaptive trials:",
+        "",
+        "| # | workers | samples/s | ± | CPU % | stall | s | reason |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    out += trial_rows(a, run["adaptive"].trial_s)
+    header = ["| # | workers | samples/s | ± | CPU % | stall | s | reason |", "|---|---|---|---|---|---|---|---|"]
+    out += ["", "<details><summary>Grid trials</summary>", "", *header]
+    out += trial_rows(g, run["grid"].trial_s)
+    out += ["", "</details>", ""]
+    return out
+
+
+def knee_rules(result: SweepResult) -> str:
+    k = result.knee
+    if k is None or k.num_workers is None:
+        return ""
+    return f" [Kneedle: {k.kneedle if k.kneedle is not None else 'none'}, noise band: {k.noise_band}]"
+
+
+def ceiling_text(result: SweepResult) -> str:
+    parts = []
+    for c in result.ceilings:
+        if c.samples_per_s is None:
+            parts.append(f"none ({c.note})")
+        else:
+            parts.append(f"{c.samples_per_s:.0f} samples/s ({c.note})")
+    return "; ".join(parts) or "–"
+
+
+def trial_rows(result: SweepResult, seconds: list[float]) -> list[str]:
+    rows = []
+    for t, sec in zip(result.trials, seconds + [math.nan] * len(result.trials), strict=False):
+        rows.append(
+            f"| {t.index} | {t.config.num_workers} | {fmt(t.samples_per_s, '.0f')} | "
+            f"{fmt(None if t.spread is None else 100 * t.spread, '.1f')}% | {fmt(t.cpu_percent, '.0f')} | "
+            f"{fmt(None if t.stall_fraction is None else 100 * t.stall_fraction, '.0f')}% | {fmt(sec, '.1f')} | "
+            f"{t.reason or t.error or ''} |"
+        )
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "--naive":
+        _naive_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+        return 0
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", default="io,cpu,consumer,images", help="comma-separated workload keys")
+    p.add_argument("--max-workers", type=int, default=32)
+    p.add_argument("--trial-seconds", type=float, default=5.0)
+    p.add_argument("--images", type=int, default=2000, help="JPEGs to generate for the image workload")
+    p.add_argument("--out", default=str(HERE / "RESULTS.md"))
+    p.add_argument("--json", default=str(HERE / "search_results.json"))
+    p.add_argument("--report-only", metavar="JSON", help="rewrite the report from a saved JSON, measuring nothing")
+    args = p.parse_args()
+    if args.report_only:
+        return report_only(Path(args.report_only), args)
+    keys = args.only.split(",")
+    gpu = GpuProbe()
+    machine = machine_info(gpu)
+    gpu.close()
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    t0 = time.monotonic()
+    runs: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="loadertop-bench-") as tmp:
+        images = Path(tmp) / "images"
+        for w in WORKLOADS:
+            if w.key not in keys:
+                continue
+            if "{images}" in w.spec and not images.exists():
+                print(f"generating {args.images} JPEGs in {images}", flush=True)
+                make_jpegs(images, args.images)
+            spec = w.spec.format(images=images)
+            common = dict(
+                dataset=spec,
+                batch_sizes=(w.batch_size,),
+                step_ms=w.step_ms,
+                trial_seconds=args.trial_seconds,
+                start_methods=("fork",),
+                workers=tuple(range(args.max_workers + 1)),
+                interval=0.25,  # short trials still get CPU samples
+            )
+            print(f"== {w.title}: adaptive", flush=True)
+            adaptive = run_sweep(Settings(search="adaptive", **common), Path(tmp) / "runs")
+            print(f"== {w.title}: grid 0..{args.max_workers}", flush=True)
+            grid = run_sweep(Settings(search="grid", **common), Path(tmp) / "runs")
+            print(f"== {w.title}: plain loop 1..{args.max_workers}", flush=True)
+            naive = naive_loop(spec, w.batch_size, args.max_workers)
+            run = {
+                "title": w.title,
+                "spec": w.spec,
+                "batch_size": w.batch_size,
+                "step_ms": w.step_ms,
+                "why": w.why,
+                "adaptive": adaptive,
+                "grid": grid,
+                "naive": naive,
+                "score": score(w, adaptive, grid, naive, machine.usable_cpus, len(machine.gpus)),
+            }
+            print(json.dumps(run["score"], indent=1), flush=True)
+            runs.append(run)
+    facts = {
+        "summary": machine.summary(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "torch": machine.torch,
+        "started": started,
+        "finished": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "total_min": (time.monotonic() - t0) / 60,
+        "nice": os.nice(0),
+    }
+    raw = {
+        "facts": facts,
+        "runs": [
+            {
+                **{k: v for k, v in run.items() if k not in ("adaptive", "grid")},
+                "adaptive": {
+                    **run["adaptive"].result.to_dict(),
+                    "trial_s": run["adaptive"].trial_s,
+                    "bench_wall_s": run["adaptive"].wall_s,
+                    "load": run["adaptive"].load,
+                },
+                "grid": {
+                    **run["grid"].result.to_dict(),
+                    "trial_s": run["grid"].trial_s,
+                    "bench_wall_s": run["grid"].wall_s,
+                    "load": run["grid"].load,
+                },
+            }
+            for run in runs
+        ],
+    }
+    Path(args.json).write_text(json.dumps(raw, indent=1) + "\n")
+    Path(args.out).write_text(report(facts, runs, args))
+    print(f"wrote {args.out} and {args.json}", flush=True)
+    return 0
+
+
+def report_only(path: Path, args: argparse.Namespace) -> int:
+    raw = json.loads(path.read_text())
+    by_key = {w.key: w for w in WORKLOADS}
+    runs = []
+    for item in raw["runs"]:
+        timed = {
+            side: Timed(
+                SweepResult.from_dict(item[side]), item[side]["bench_wall_s"], item[side]["trial_s"], [],
+                tuple(item[side]["load"]),
+            )
+            for side in ("adaptive", "grid")
+        }  # fmt: skip
+        machine = timed["grid"].result.machine
+        workload = by_key[item["score"]["workload"]]
+        score_ = score(
+            workload, timed["adaptive"], timed["grid"], item["naive"], machine.usable_cpus, len(machine.gpus)
+        )
+        runs.append({**item, **timed, "score": score_})
+    facts = {"nice": "?", **raw["facts"]}
+    Path(args.out).write_text(report(facts, runs, args))
+    print(f"wrote {args.out} from {path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,427 @@
+"""The adaptive search: driven with hand-built measurements (pure logic), then one real short sweep end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadertop.core.analysis import analyze, merge_repeats, noise_band
+from loadertop.core.config import Settings, TrialConfig, parse_workers
+from loadertop.core.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult, UslFit
+from loadertop.core.search import AdaptivePlanner, GridPlanner, make_planner
+
+WIDE = tuple(range(33))  # 0..32, as `--workers 0-32`
+
+
+def machine(cpus: int = 2, mem_available_mb: float = 20_000.0) -> MachineInfo:
+    return MachineInfo(
+        hostname="box",
+        platform="linux",
+        python="3.11",
+        torch=None,
+        logical_cpus=cpus,
+        usable_cpus=cpus,
+        cpu_quota=None,
+        mem_total_mb=32_000.0,
+        mem_available_mb=mem_available_mb,
+        cgroup_mem_headroom_mb=None,
+        shm_free_mb=None,
+        default_start_method="fork",
+    )
+
+
+def settings(**kwargs: Any) -> Settings:
+    base: dict[str, Any] = dict(workers=WIDE, start_methods=("fork",), search="adaptive", tolerance=0.05)
+    return Settings(**{**base, **kwargs})
+
+
+Measure = Callable[[TrialConfig, int], dict[str, Any] | float | None]
+
+
+def drive(
+    planner: AdaptivePlanner | GridPlanner,
+    measure: Measure,
+    *,
+    host: MachineInfo | None = None,
+    ceilings: tuple[Ceiling, ...] = (),
+) -> list[TrialResult]:
+    """Run the planner against a made-up loader: `measure(config, run)` gives samples/s or TrialResult fields."""
+    planner.setup(host or machine(), ceilings)
+    done: list[TrialResult] = []
+    while (config := planner.next(done)) is not None:
+        run = sum(t.config == config for t in done)
+        got = measure(config, run)
+        fields: dict[str, Any] = got if isinstance(got, dict) else {"samples_per_s": got}
+        fields.setdefault("spread", 0.02)
+        fields.setdefault("stable", True)
+        fields.setdefault("blocks", 5)
+        fields.setdefault("status", "ok")
+        done.append(TrialResult(index=len(done), config=config, **fields))
+        assert len(done) < 60, "the planner does not stop"
+    return done
+
+
+def workers(trials: list[TrialResult]) -> list[int]:
+    return [t.config.num_workers for t in trials]
+
+
+def phases(planner: AdaptivePlanner) -> list[str]:
+    return [s.phase for s in planner.trace]
+
+
+def cpu_bound(config: TrialConfig, run: int) -> dict[str, Any]:
+    """2 CPUs: 250 samples/s per worker up to the CPU wall at 3 workers (640/s), then a slow decline."""
+    n = config.num_workers
+    curve = {0: 240.0, 1: 250.0, 2: 480.0}
+    sps = curve.get(n, 640.0 - 4.0 * max(0, n - 4))
+    return {
+        "samples_per_s": sps + (2.0 if run else 0.0),
+        "cpu_percent": min(200.0, 95.0 * max(n, 1)),
+        "stall_fraction": 0.5,
+    }
+
+
+def io_bound(config: TrialConfig, run: int) -> dict[str, Any]:
+    """50 samples/s per worker, up to 1200/s where the training process saturates (24 workers)."""
+    n = config.num_workers
+    sps = 45.0 if n == 0 else min(50.0 * n, 1200.0)
+    return {"samples_per_s": sps, "cpu_percent": 5.0 * n + 20, "stall_fraction": 0.9, "main_cpu_percent": 20.0}
+
+
+# ------------------------------------------------------------------------------------------------ the climb
+
+
+def test_cpu_bound_climbs_the_ladder_then_bisects_down_to_the_wall_and_repeats_finalists():
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, cpu_bound)
+    counts = workers(trials)
+    assert counts[:4] == [0, 1, 2, 4]  # the geometric ladder
+    assert max(counts) <= 8  # stopped climbing on the plateau, far below 32
+    assert 3 in counts  # bisection between 2 (not within noise of the best) and 4 (within)
+    assert counts.index(3) > counts.index(max(counts))  # refinement comes after the climb
+    _, rec = analyze(trials, planner.settings, machine())
+    assert rec is not None and rec.config.num_workers == 3
+    # Finalists measured twice, the choice among them; nothing else is.
+    repeated = {t.config.num_workers for t in trials if sum(u.config == t.config for u in trials) == 2}
+    assert 3 in repeated and len(repeated) == 2
+    assert len(trials) <= 9  # of 33 configurations
+    assert phases(planner)[0] == "plan" and phases(planner)[-1] == "done"
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "less than the 5.0% noise band" in stop.message
+
+
+def test_io_bound_climbs_past_the_cores_to_the_top_and_bisects_below():
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, io_bound)
+    counts = workers(trials)
+    assert counts[:7] == [0, 1, 2, 4, 8, 16, 32]  # CPU is not saturated: climb far past 2 cores
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "the top of the range" in stop.message
+    _, rec = analyze(trials, planner.settings, machine())
+    assert rec is not None
+    # The answer is the fewest workers within 5% of 1200/s: 23 or 24 (1150, 1200); bisection gets within a quarter.
+    assert 23 <= rec.config.num_workers <= 28
+    assert any(s.phase == "refine" for s in planner.trace)
+    assert len(set(counts)) <= 11
+
+
+def test_flat_curve_stops_at_once_and_says_there_is_no_clear_knee():
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, lambda c, run: 320.0 - (4.0 if c.num_workers == 0 else 0.0))
+    assert sorted(set(workers(trials))) == [0, 1, 2]
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "no clear knee" in stop.message
+    knee, rec = analyze(trials, planner.settings, machine())
+    assert knee is not None and knee.num_workers is None and knee.rule == "flat"
+    assert knee.reason.startswith("no clear knee")
+    assert rec is not None and rec.config.num_workers == 0
+
+
+def test_a_rung_within_noise_of_the_ceiling_stops_the_climb():
+    planner = AdaptivePlanner(settings())
+    ceilings = (Ceiling(32, 500.0, "consumer alone"),)
+    trials = drive(planner, cpu_bound, ceilings=ceilings)
+    assert max(workers(trials)) == 2  # 480/s is 96% of the 500/s ceiling: no rung can do better
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "within noise of the 500 samples/s ceiling (96%)" in stop.message
+
+
+def test_a_guard_or_failure_stops_the_climb_and_nothing_above_it_is_tried():
+    def guarded(config: TrialConfig, run: int) -> dict[str, Any] | float:
+        if config.num_workers >= 8:
+            return {
+                "status": "skipped",
+                "error": "memory guard: 8 workers would leave 1 GiB free",
+                "samples_per_s": None,
+            }
+        return io_bound(config, run)
+
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, guarded)
+    assert max(workers(trials)) == 8 and workers(trials).count(8) == 1
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "8 workers skipped (memory guard" in stop.message and "a guard or fault says no" in stop.message
+
+
+def test_memory_budget_caps_the_ladder():
+    def heavy(config: TrialConfig, run: int) -> dict[str, Any]:
+        n = config.num_workers
+        return {
+            **io_bound(config, run),
+            "worker_uss_mb": (400.0,) * n,
+            "total_pss_mb": 500.0 + 400.0 * n,
+        }
+
+    # 50% of 8000 MB = 4000 MB; 500 + 400 n <= 4000 → at most 8 workers.
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, heavy, host=machine(mem_available_mb=8000.0))
+    assert max(workers(trials)) == 8
+    assert any("memory budget" in s.message for s in planner.trace)
+
+
+def test_usl_moves_the_next_rung_to_its_predicted_peak():
+    lam, alpha, beta = 100.0, 0.02, 0.03  # N* = sqrt(0.98 / 0.03) = 5.7
+
+    def retrograde(config: TrialConfig, run: int) -> float:
+        n = config.num_workers
+        return 90.0 if n == 0 else lam * n / (1 + alpha * (n - 1) + beta * n * (n - 1))
+
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, retrograde)
+    counts = workers(trials)
+    assert counts[:4] == [0, 1, 2, 4]
+    assert counts[4] == 6  # not 8: the fit after 1, 2, 4 workers puts the peak at 5.7
+    assert any("USL predicts the peak at N*=5.7" in s.message for s in planner.trace)
+    assert planner.usl is not None and planner.usl.peak_workers == pytest.approx(5.7, abs=0.1)
+
+
+def test_first_value_of_other_knobs_climbs_then_other_knobs_are_tried_at_the_choice():
+    planner = AdaptivePlanner(settings(batch_sizes=(32, 64), pin_memory=(False, True)))
+
+    def knobs(config: TrialConfig, run: int) -> dict[str, Any]:
+        got = cpu_bound(config, run)
+        if config.batch_size == 64:
+            got["samples_per_s"] *= 1.2  # bigger batches pay
+        return got
+
+    trials = drive(planner, knobs)
+    climb = [t for t in trials if t.config.batch_size == 32 and not t.config.pin_memory]
+    assert workers(climb)[:4] == [0, 1, 2, 4]
+    others = [t for t in trials if t.config.batch_size == 64 or t.config.pin_memory]
+    # Each other value tried once at the chosen worker count (3), after the climb and the bisection.
+    assert {t.config.num_workers for t in others} == {3}
+    assert trials.index(others[0]) > max(trials.index(t) for t in climb if t.config.num_workers == 3)
+    _, rec = analyze(trials, planner.settings, machine())
+    assert rec is not None and rec.config.batch_size == 64
+    assert any(s.phase == "knobs" and "now the choice" in s.message for s in planner.trace)
+
+
+def test_an_unsettled_plateau_gets_one_more_rung_before_the_climb_stops():
+    def noisy(config: TrialConfig, run: int) -> dict[str, Any]:
+        got = cpu_bound(config, run)
+        got["stable"] = config.num_workers < 4  # from 4 workers on the spread never settles
+        return got
+
+    planner = AdaptivePlanner(settings())
+    counts = workers(drive(planner, noisy))
+    assert counts[:4] == [0, 1, 2, 4] and max(counts) >= 8  # one rung past the first flat one
+    assert max(counts) < 16  # and only one
+    assert any("never settled" in s.message for s in planner.trace)
+
+
+def test_a_wildly_unsettled_rung_does_not_turn_a_big_gain_into_noise():
+    # Seen on a machine at load 24: 2 workers measured ±62%; 4 workers then gained 48%, which a 62% "band" hid.
+    def busy(config: TrialConfig, run: int) -> dict[str, Any]:
+        got = cpu_bound(config, run)
+        if config.num_workers == 2:
+            got.update(spread=0.62, stable=False)
+        return got
+
+    planner = AdaptivePlanner(settings())
+    counts = workers(drive(planner, busy))
+    assert counts[:5] == [0, 1, 2, 4, 5]  # 4 gains 33% over 2: the climb goes on past it
+    assert not any("flat within" in s.message for s in planner.trace)
+    assert noise_band(
+        TrialResult(0, TrialConfig(2, 32), "ok", spread=0.62), TrialResult(1, TrialConfig(4, 32), "ok"), 0.05
+    ) == (pytest.approx(0.15))
+
+
+def test_planned_shrinks_as_the_search_learns():
+    planner = AdaptivePlanner(settings())
+    assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4, 8, 16, 32]
+    drive(planner, cpu_bound)
+    assert len(planner.planned()) < 10 and all(isinstance(c, TrialConfig) for c in planner.planned())
+
+
+def test_notes_are_taken_once():
+    planner = AdaptivePlanner(settings())
+    planner.setup(machine(), ())
+    first = planner.next([])
+    notes = planner.take_notes()
+    assert first is not None and [n.phase for n in notes] == ["plan"]
+    assert planner.take_notes() == []
+
+
+# ------------------------------------------------------------------------------------------------ choosing a planner
+
+
+def test_small_space_is_measured_exhaustively():
+    planner = AdaptivePlanner(settings(workers=(0, 2)))
+    assert workers(drive(planner, cpu_bound)) == [0, 2]
+    assert "no search is cheaper" in planner.trace[0].message
+
+
+def test_make_planner_picks_by_setting_and_only_is_a_grid():
+    assert isinstance(make_planner(settings()), AdaptivePlanner)
+    assert isinstance(make_planner(settings(search="grid")), GridPlanner)
+    only = [TrialConfig(2, 32, 2, False, False, "fork")]
+    assert isinstance(make_planner(settings(), only), GridPlanner)
+    assert Settings().search == "adaptive"
+
+
+def test_grid_still_measures_everything_in_order():
+    grid = make_planner(settings(search="grid", workers=(0, 1, 2, 3, 4, 5)))
+    assert workers(drive(grid, cpu_bound)) == [0, 1, 2, 3, 4, 5]
+
+
+def test_auto_workers_for_the_adaptive_search_reach_the_hard_cap():
+    assert parse_workers("auto", 2, "adaptive") == tuple(range(65))
+    assert parse_workers("auto", 32, "adaptive")[-1] == 128  # 4 per CPU on a big machine
+    assert parse_workers("auto", 2) == (0, 1, 2, 3, 4, 6, 8)  # the grid keeps its ladder
+
+
+# ------------------------------------------------------------------------------------------------ repeats and results
+
+
+def test_repeats_merge_into_one_point_with_the_honest_spread():
+    config = TrialConfig(3, 32, 2, False, False, "fork")
+    runs = [
+        TrialResult(0, config, "ok", samples_per_s=600.0, spread=0.01, blocks=5),
+        TrialResult(4, config, "ok", samples_per_s=640.0, spread=0.03, blocks=6),
+    ]
+    (merged,) = merge_repeats(runs)
+    assert merged.samples_per_s == 620.0
+    assert merged.spread == pytest.approx(40.0 / 620.0)  # the runs disagree more than either run's own noise
+    assert merged.index == 4 and merged.blocks == 11
+    close = [runs[0], TrialResult(4, config, "ok", samples_per_s=602.0, spread=0.03)]
+    assert merge_repeats(close)[0].spread == 0.01  # the steadiest run's own spread, when the runs agree
+
+
+def test_recommendation_uses_the_mean_of_repeats_and_says_so():
+    trials = drive(AdaptivePlanner(settings()), cpu_bound)
+    _, rec = analyze(trials, settings(), machine())
+    assert rec is not None and "mean of 2 runs" in rec.reason
+
+
+def test_new_result_fields_round_trip_and_old_json_still_loads():
+    trials = drive(AdaptivePlanner(settings()), cpu_bound)
+    result = SweepResult(
+        machine=machine(),
+        settings=settings(),
+        trials=tuple(trials),
+        knee=None,
+        recommendation=None,
+        ceilings=(Ceiling(32, None, "the consumer does no work"),),
+        usl=UslFit(250.0, 0.04, 0.03, 0.99, 4, 5.5, 680.0, "USL fit"),
+        search_trace=(SearchStep("plan", "climb"), SearchStep("stop", "why", "w=4 bs=32")),
+    )
+    data = json.loads(json.dumps(result.to_dict()))
+    assert SweepResult.from_dict(data) == result
+    for key in ("ceilings", "usl", "search_trace"):
+        del data[key]
+    for trial in data["trials"]:
+        del trial["fraction_of_ceiling"], trial["repeat_of"]
+    old = SweepResult.from_dict(data)
+    assert old.ceilings == () and old.usl is None and old.search_trace == ()
+
+
+# ------------------------------------------------------------------------------------------------ CLI
+
+
+def test_cli_search_choices():
+    bad = subprocess.run(
+        [sys.executable, "-m", "loadertop", "--headless", "--search", "bogus"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and "--search" in bad.stderr and "adaptive" in bad.stderr
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
+    from loadertop.core.driver import Sweep
+    from loadertop.core.events import Notice, SweepFinished
+
+    # Workers wait 10 ms per sample (I/O-like); the consumer sleeps 8 ms per batch of 16: a 2000 samples/s ceiling.
+    s = Settings(
+        dataset="synthetic:cpu_ms=0.1,io_ms=10,kb=4",
+        workers=tuple(range(0, 17)),
+        batch_sizes=(16,),
+        step_ms=8.0,
+        trial_seconds=1.5,
+        block_seconds=0.15,
+        interval=0.2,
+        start_methods=("fork",),
+        search="adaptive",
+    )
+    sweep = Sweep(s, out_dir=runs)
+    events = list(sweep.events())
+    assert isinstance(events[-1], SweepFinished)
+    notices = [e.message for e in events if isinstance(e, Notice)]
+    searched = [m for m in notices if m.startswith("search (")]
+    assert searched[0].startswith("search (plan)") and searched[-1].startswith("search (done)")
+    assert any(m.startswith("search (stop)") for m in searched)
+    result = sweep.result
+    assert result is not None and not result.interrupted
+    assert len(result.trials) < 17  # fewer than the 17 configurations
+    assert [s.phase for s in result.search_trace][-1] == "done"
+    # The ceiling was measured (the consumer sleeps), and every finished trial is a fraction of it.
+    (ceiling,) = result.ceilings
+    assert ceiling.samples_per_s is not None and 1000 < ceiling.samples_per_s <= 2000 * 1.05
+    ok = [t for t in result.trials if t.status == "ok"]
+    assert ok and all(t.fraction_of_ceiling is not None and 0 < t.fraction_of_ceiling < 1.2 for t in ok)
+    assert all("of ceiling" in t.reason for t in ok)
+    assert result.recommendation is not None and result.usl is not None
+    saved = json.loads((Path(result.run_dir or "") / "result.json").read_text())
+    assert saved["search_trace"] and saved["ceilings"][0]["samples_per_s"] == ceiling.samples_per_s
+
+
+# ------------------------------------------------------------------------------------------------ annotations
+
+
+def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
+    from loadertop.core.analysis import annotate
+
+    a = TrialConfig(2, 32, 2, False, False, "fork")
+    b = TrialConfig(4, 32, 2, False, False, "fork")
+    trials = [
+        TrialResult(0, a, "ok", samples_per_s=400.0, spread=0.02, stall_fraction=0.02, cpu_percent=60.0),
+        TrialResult(1, b, "skipped", error="memory guard: 4 workers would leave 900 MB free"),
+        TrialResult(2, a, "ok", samples_per_s=410.0, spread=0.02, stall_fraction=0.02, cpu_percent=60.0),
+    ]
+    out = annotate(trials, machine(cpus=8), 0.05, (Ceiling(32, 500.0, "sleep 64 ms"),))
+    assert [t.repeat_of for t in out] == [None, None, 0]
+    assert out[0].fraction_of_ceiling == pytest.approx(0.8) and out[1].fraction_of_ceiling is None
+    assert out[0].reason == "consumer-bound (stall 2%), 80% of ceiling, within noise of best"
+    assert out[1].reason == "memory-bound: memory guard: 4 workers would leave 900 MB free"
+    assert out[2].reason.endswith("(repeat of #0)")
+
+
+def test_rule_notes_say_what_each_knee_rule_found_and_which_chose():
+    from loadertop.core.analysis import rule_notes
+    from loadertop.core.results import Knee
+
+    knee = Knee(4, "kneedle", "gains flatten at 4 workers", kneedle=4, noise_band=6)
+    fit = UslFit(250.0, 0.04, 0.03, 0.99, 4, 5.5, 680.0, "USL fit: ...")
+    notes = rule_notes(knee, fit, 0.05)
+    assert notes[0].startswith("knee: Kneedle says 4 workers, the noise band rule says 6 workers; the knee marked is")
+    assert "kneedle rule's" in notes[0] and notes[1] == "USL fit: ..."
+    flat = rule_notes(Knee(None, "flat", "no clear knee: flat within 2%"), None, 0.05)
+    assert flat == ["knee: none marked (flat): no clear knee: flat within 2%"]
