@@ -5,28 +5,44 @@ It consumes the same event stream as the TUI, so scripts and CI see exactly what
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loadertop.core.config import Settings
 from loadertop.core.driver import Sweep
-from loadertop.core.events import Event, Notice, SweepFinished, SweepStarted, TrialFinished, TrialProgress
+from loadertop.core.events import (
+    Event,
+    Notice,
+    ProbeSample,
+    SweepFinished,
+    SweepStarted,
+    TrialFinished,
+    TrialProgress,
+)
 from loadertop.core.export import write_csv, write_json
 from loadertop.core.results import SweepResult, TrialResult
 from loadertop.core.table import HEADERS, RSS_FOOTNOTE, marks, num, pct, trial_cells
 
 EXIT_INTERRUPTED = 130
+EXIT_USAGE = 2
+HOLD_S = 5.0  # the longest the opening lines wait for the first trial once the dataset loaded
+CHECK_HOLD_S = 120.0  # ... and for the dataset check itself (a runner importing torch on a busy machine)
 
 
 def trial_line(trial: TrialResult, total: int) -> str:
-    head = f"[{trial.index + 1}/{total}] {trial.config.label():<28}"
+    head = f"[{trial.index + 1}/{max(total, trial.index + 1)}] {trial.config.label():<28}"  # skipped ones go past
     if trial.status != "ok":
         return f"{head} {trial.status}: {trial.error}"
     return (
@@ -36,32 +52,128 @@ def trial_line(trial: TrialResult, total: int) -> str:
     )
 
 
-def results_table(result: SweepResult) -> Table:
+def change_cell(trial: TrialResult, previous: SweepResult) -> str:
+    """Throughput against the same configuration in the previous run: +12%, or new / – when not comparable."""
+    old = next((t for t in previous.trials if t.config == trial.config and t.status == "ok"), None)
+    if old is None or not old.samples_per_s:
+        return "new" if old is None else "–"
+    if trial.status != "ok" or trial.samples_per_s is None:
+        return "–"
+    return f"{trial.samples_per_s / old.samples_per_s - 1:+.0%}"
+
+
+def results_table(result: SweepResult, previous: SweepResult | None = None) -> Table:
     table = Table(title="loadertop results", title_justify="left", caption=RSS_FOOTNOTE, caption_justify="left")
     for header in HEADERS:
         table.add_column(header, justify="left" if header == "status" else "right", no_wrap=header != "status")
+    if previous is not None:
+        table.add_column("vs prev", justify="right", no_wrap=True)
     table.add_column("why")
     for trial in result.trials:
         cells = trial_cells(trial)
+        if previous is not None:
+            cells.append(change_cell(trial, previous))
         note = ", ".join(marks(trial, result))
         style = "bold green" if "recommended" in note else ("yellow" if "knee" in note else None)
         why = f"[{note}] {trial.reason}" if note else trial.reason
-        table.add_row(*cells, why if trial.status == "ok" else "", style=style)
+        # Cells are plain text: an error such as "bad value [/data/x]" is not markup (nor is "[knee]").
+        table.add_row(*(escape(c) for c in cells), escape(why) if trial.status == "ok" else "", style=style)
     return table
+
+
+class Terminal:
+    """A text stream that goes quiet instead of raising once its terminal or pipe is gone.
+
+    After SIGHUP (the SSH session dropped) every write to the old tty fails with EIO, and a closed pipe
+    fails with EPIPE: the sweep must still end cleanly, save its results and exit with the right code.
+    `hang_up` also points fds 1 and 2 at /dev/null, so Python's own flush at exit cannot fail either."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except (OSError, ValueError):
+                self.hang_up()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except (OSError, ValueError):
+                self.hang_up()
+
+    def isatty(self) -> bool:
+        try:
+            return not self.gone and self._stream.isatty()
+        except (OSError, ValueError):
+            return False
+
+    def fileno(self) -> int:
+        return self._stream.fileno()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+    def hang_up(self) -> None:
+        self.gone = True
+        try:
+            fd = self._stream.fileno()
+        except (OSError, ValueError):
+            return
+        if fd in (1, 2):
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, fd)
+            os.close(null)
 
 
 class Reporter:
     """Turns events into terminal output. Progress goes to `err`, results to `out`."""
 
-    def __init__(self, out: TextIO, err: TextIO) -> None:
-        self.out = Console(file=out, width=None if out.isatty() else 200, highlight=False)
-        self.err = Console(file=err, highlight=False, stderr=True, soft_wrap=True)
+    def __init__(
+        self, out: TextIO, err: TextIO, previous: SweepResult | None = None, checked: threading.Event | None = None
+    ) -> None:
+        self.terminals = (Terminal(out), Terminal(err))
+        self.out = Console(file=self.terminals[0], width=None if out.isatty() else 200, highlight=False)  # type: ignore[arg-type]
+        self.err = Console(file=self.terminals[1], highlight=False, stderr=True, soft_wrap=True)  # type: ignore[arg-type]
         self.live = err.isatty()
+        self.previous = previous
         self.total = 0
         self.progress: Progress | None = None
         self.task = None
+        self._held: list[Event] | None = []
+        self._held_since = time.monotonic()
+        self._checked = checked  # the sweep's dataset check passed (None: only the HOLD_S timer applies)
+
+    def _hold(self, event: Event) -> bool:
+        """Hold the opening lines until the first trial (at most HOLD_S): a dataset that cannot be loaded then
+        shows as the one line naming the problem, not after a header for a sweep that never ran."""
+        if self._held is None:
+            return False
+        checking = self._checked is not None and not self._checked.is_set()
+        early = time.monotonic() - self._held_since < (CHECK_HOLD_S if checking else HOLD_S)
+        if early and isinstance(event, SweepStarted | Notice):
+            self._held.append(event)
+            return True
+        if early and isinstance(event, ProbeSample):
+            return True
+        held, self._held = self._held, None
+        for earlier in held:
+            self.handle(earlier)
+        return isinstance(event, ProbeSample)
+
+    def hang_up(self) -> None:
+        """The terminal is gone (SIGHUP): stop drawing and write nothing more to it."""
+        for terminal in self.terminals:
+            terminal.hang_up()
 
     def handle(self, event: Event) -> None:
+        if self._hold(event):
+            return
         if isinstance(event, SweepStarted):
             self.total = len(event.planned)
             self.err.print(f"loadertop: {event.machine.summary()}")
@@ -78,7 +190,7 @@ class Reporter:
         elif isinstance(event, TrialFinished):
             line = trial_line(event.result, self.total)
             if self.progress is not None and self.task is not None:
-                self.progress.console.print(line)
+                self.progress.console.print(line, markup=False)
                 self.progress.advance(self.task)
             else:
                 self.err.print(line, markup=False)
@@ -94,7 +206,9 @@ class Reporter:
             self.progress = None
 
     def summary(self, result: SweepResult) -> None:
-        self.out.print(results_table(result))
+        self.out.print(results_table(result, self.previous))
+        if self.previous is not None:
+            self.out.print(f"vs prev: samples/s against {self.previous.run_dir or 'the previous run'}", markup=False)
         if result.knee:
             self.out.print(f"Knee ({result.knee.rule}): {result.knee.reason}", markup=False)
         if result.recommendation:
@@ -117,13 +231,17 @@ def run_headless(
     csv_path: Path | None,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
+    previous: SweepResult | None = None,
+    resume: Sequence[TrialResult] = (),
 ) -> int:
-    sweep = Sweep(settings, out_dir=out_dir)
-    reporter = Reporter(out, err)
+    sweep = Sweep(settings, out_dir=out_dir, previous=previous, resume=resume)
+    reporter = Reporter(out, err, previous, checked=sweep.checked)
     caught: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         caught.append(signum)
+        if signum == signal.SIGHUP:
+            reporter.hang_up()  # the terminal is gone: never write to it again
         sweep.cancel()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
@@ -138,7 +256,12 @@ def run_headless(
     assert result is not None
     for path, write in ((json_path, write_json), (csv_path, write_csv)):
         if path is not None:
-            write(result, path)
+            try:
+                write(result, path)
+            except OSError as exc:  # the folder went away or filled up during the sweep
+                reporter.err.print(f"loadertop: error: cannot write {path}: {exc.strerror or exc}; "
+                                   f"the result is in {result.run_dir}", markup=False)  # fmt: skip
+                return EXIT_USAGE
             reporter.err.print(f"loadertop: wrote {path}", markup=False)
     if caught:
         return EXIT_INTERRUPTED if caught[0] == signal.SIGINT else 128 + caught[0]

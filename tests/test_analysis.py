@@ -375,7 +375,7 @@ def test_snippet_zero_workers_keeps_pin_memory_only():
         (
             {"cpu": 60.0, "main_cpu": 10.0, "stall": 0.7},
             200.0,
-            "loader-bound, I/O wait (workers at 12% CPU each), 50% of best",
+            "I/O-bound (workers at 12% CPU each), 50% of best",
         ),
         ({"cpu": 400.0, "main_cpu": 30.0, "stall": 0.63}, None, "loader-bound (stall 63%)"),
     ],
@@ -386,7 +386,11 @@ def test_trial_reason_from_evidence(kwargs, peak, expected):
 
 
 def test_trial_reason_failed_and_skipped_show_error():
-    assert trial_reason(trial(0, 8, None, status="failed", error="worker OOM"), machine(), 100.0) == "worker OOM"
+    # A memory failure names its category; other failures show their error as it is.
+    assert trial_reason(trial(0, 8, None, status="failed", error="worker OOM"), machine(), 100.0) == (
+        "memory-bound: worker OOM"
+    )
+    assert trial_reason(trial(0, 8, None, status="failed", error="boom"), machine(), 100.0) == "boom"
     assert trial_reason(trial(0, 8, None, status="skipped"), machine(), 100.0) == "skipped"
 
 

@@ -27,17 +27,22 @@ class TrialConfig:
     pin_memory: bool = False
     persistent_workers: bool = False
     start_method: str | None = None
+    in_order: bool = True  # DataLoader(in_order=...), torch >= 2.6; False lets a fast worker overtake a slow one
 
     def label(self) -> str:
+        # Knobs that need workers are shown whenever set: a skipped 0-worker combination must read differently
+        # from the 0-worker trial that was measured (which has them all unset).
         parts = [f"w={self.num_workers}", f"bs={self.batch_size}"]
-        if self.num_workers:
+        if self.prefetch_factor is not None:
             parts.append(f"pf={self.prefetch_factor}")
         if self.pin_memory:
             parts.append("pin")
         if self.persistent_workers:
             parts.append("persist")
-        if self.num_workers and self.start_method:
+        if self.start_method:
             parts.append(self.start_method)
+        if not self.in_order:
+            parts.append("unordered")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,16 +65,21 @@ class Settings:
     pin_memory: tuple[bool, ...] = (False,)
     persistent_workers: tuple[bool, ...] = (False,)
     start_methods: tuple[str, ...] = field(default_factory=lambda: (default_start_method(),))
+    in_order: tuple[bool, ...] = (True,)
     step_ms: float = 0.0
+    consumer: str = ""  # module:callable or file.py:callable, a `(batch) -> None` training step replacing step_ms
+    ranks: int = 1  # loader replicas run at once, one process each, as torchrun starts them (workers are per rank)
     trial_seconds: float = 8.0
     trial_timeout: float = 60.0  # no batch for this long: the trial is hung, kill it
+    mem_floor: str = ""  # free memory a trial may not take us below: "4GiB", "10%", "0" (off); "" = default
+    files_per_sample: int = 1  # open files one sample may hold in flight (the ulimit -n warning)
     interval: float = 0.5
     tolerance: float = 0.05
     target_spread: float = 0.05
     min_blocks: int = 5
     block_seconds: float = 0.3
     skip_warmup: bool = True
-    search: str = "grid"
+    search: str = "adaptive"  # or "grid": every configuration
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,30 +98,70 @@ class Settings:
     def trial_configs(self) -> list[TrialConfig]:
         """The sweep space, num_workers innermost-last so the table reads as a climb per setting.
 
-        Knobs that do not apply with 0 workers collapse, so they are measured once, not once per value.
+        Knobs that do not apply with 0 workers collapse, so the plain 0-worker loader is measured once per batch
+        size and pin_memory; `skipped_configs()` lists the combinations that collapse, with the reason.
         """
         seen: dict[TrialConfig, None] = {}
-        for bs, pf, pin, persist, method, nw in itertools.product(
+        for bs, pf, pin, persist, method, order, nw in self._product():
+            if nw == 0:
+                config = TrialConfig(0, bs, None, pin, False, None, True)
+            else:
+                config = TrialConfig(nw, bs, pf, pin, persist, method, order)
+            seen.setdefault(config, None)
+        return list(seen)
+
+    def skipped_configs(self) -> list[tuple[TrialConfig, str]]:
+        """0-worker combinations that are not run, each with the reason (the DataLoader rejects them, or they
+        would measure the same loader again): shown as status "skipped" in the results."""
+        out: dict[TrialConfig, str] = {}
+        for bs, pf, pin, persist, method, order, nw in self._product():
+            if nw != 0:
+                continue
+            why = zero_worker_conflicts(pf, persist, method, order)
+            if why:
+                config = TrialConfig(0, bs, pf if pf != DEFAULT_PREFETCH else None, pin, persist,
+                                     method if method != default_start_method() else None, order)  # fmt: skip
+                out.setdefault(config, why)
+        return list(out.items())
+
+    def _product(self) -> itertools.product[tuple[int, int, bool, bool, str, bool, int]]:
+        return itertools.product(
             self.batch_sizes,
             self.prefetch_factors,
             self.pin_memory,
             self.persistent_workers,
             self.start_methods,
+            self.in_order,
             self.workers,
-        ):
-            if nw == 0:
-                config = TrialConfig(0, bs, None, pin, False, None)
-            else:
-                config = TrialConfig(nw, bs, pf, pin, persist, method)
-            seen.setdefault(config, None)
-        return list(seen)
+        )
 
 
-def parse_workers(spec: str, usable_cpus: int) -> tuple[int, ...]:
-    """`0-16`, `0,2,4,8`, `1-8:2` or `auto` into a sorted tuple of worker counts."""
+DEFAULT_PREFETCH = 2  # the DataLoader's prefetch_factor when workers are used and none is given
+
+
+def zero_worker_conflicts(prefetch: int, persistent: bool, start_method: str, in_order: bool) -> str:
+    """Why a combination cannot be what it says at 0 workers ("" when it can: the knobs are at their defaults)."""
+    rejected = []
+    if prefetch != DEFAULT_PREFETCH:
+        rejected.append(f"prefetch_factor={prefetch}")
+    if persistent:
+        rejected.append("persistent_workers=True")
+    if start_method != default_start_method():
+        rejected.append(f"multiprocessing_context={start_method!r}")
+    parts = [f"DataLoader rejects {', '.join(rejected)} at 0 workers"] if rejected else []
+    if not in_order:
+        parts.append("in_order=False does nothing at 0 workers")
+    return "; ".join(parts)
+
+
+def parse_workers(spec: str, usable_cpus: int, search: str = "grid") -> tuple[int, ...]:
+    """`0-16`, `0,2,4,8`, `1-8:2` or `auto` into a sorted tuple of worker counts.
+
+    `auto` is a ladder for the grid, and every count up to the hard cap for the adaptive search (it measures a
+    handful of them, and climbs only while throughput grows, CPU allows and memory lasts)."""
     spec = spec.strip()
     if spec == "auto":
-        return auto_workers(usable_cpus)
+        return tuple(range(adaptive_cap(usable_cpus) + 1)) if search == "adaptive" else auto_workers(usable_cpus)
     values: set[int] = set()
     for part in spec.split(","):
         part = part.strip()
@@ -136,6 +186,15 @@ def parse_workers(spec: str, usable_cpus: int) -> tuple[int, ...]:
     if max(values) > 1024:
         raise UsageError(f"--workers {spec!r}: more than 1024 workers is not a sensible sweep")
     return tuple(sorted(values))
+
+
+def adaptive_cap(usable_cpus: int) -> int:
+    """The most workers `auto` lets the adaptive search climb to: 64, or 4 per usable CPU on bigger machines.
+
+    Not a multiple of the cores alone: workers blocked on I/O (network storage, S3) use little CPU, and the best
+    count can be many times the cores. Past 64 on a small machine the training process, which receives every
+    batch through one queue, is the bottleneck long before the workers are."""
+    return max(64, 4 * usable_cpus)
 
 
 def auto_workers(usable_cpus: int) -> tuple[int, ...]:

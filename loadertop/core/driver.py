@@ -24,7 +24,9 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.analysis import analyze, trial_reason
+from loadertop.core.analysis import analyze, annotate, rule_notes, snippet, worker_curve
+from loadertop.core.ceiling import describe as describe_ceilings
+from loadertop.core.ceiling import measure_ceilings
 from loadertop.core.config import Settings, TrialConfig, UsageError
 from loadertop.core.events import (
     Event,
@@ -37,13 +39,29 @@ from loadertop.core.events import (
     TrialStarted,
 )
 from loadertop.core.gpu import GpuProbe
-from loadertop.core.machine import machine_info
+from loadertop.core.guards import (
+    MemoryGuard,
+    fd_problem,
+    memory_total_mb,
+    open_files_limit,
+    parse_mem_floor,
+    shm_hint,
+    shm_problem,
+)
+from loadertop.core.machine import machine_info, shm_free_mb
 from loadertop.core.probes import Probes, summarize_window
-from loadertop.core.results import MachineInfo, SweepResult, TrialResult
+from loadertop.core.ranks import ranks_note, with_notes
+from loadertop.core.results import Ceiling, MachineInfo, Recommendation, SweepResult, TrialResult
 from loadertop.core.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.search import make_planner
+from loadertop.core.usl import fit_curve
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
+# What a signal that killed the trial's main process most likely means (the memory guard names itself).
+_SIGNAL_HINTS = {
+    signal.SIGKILL: " (not by loadertop: the kernel's OOM killer, or another user?)",
+    signal.SIGSEGV: " (a crash in native code, such as a C extension the dataset uses; Python stack in runner.log)",
+}  # SIGBUS gets the /dev/shm hint that every failure mentioning it gets
 
 
 class _Cancelled(Exception):
@@ -121,15 +139,25 @@ class Sweep:
         previous: SweepResult | None = None,
         only: Sequence[TrialConfig] | None = None,
         gpu: GpuProbe | None = None,
+        resume: Sequence[TrialResult] = (),
     ) -> None:
         self.settings = settings
         self.previous = previous
         self.planner = make_planner(settings, only)
         if not self.planner.planned():
             raise UsageError("the sweep has no configurations to run")
+        # Trials finished in a run being resumed: reused when the planner asks for their configuration.
+        self._kept = {t.config: t for t in resume if t.status in ("ok", "failed")}
+        # 0-worker combinations the DataLoader rejects: reported as skipped at the end, never run.
+        self._skipped = [] if only else settings.skipped_configs()
+        self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
+        self.checked = threading.Event()  # set once the dataset spec loaded: faces may hold output until then
+        self._fd_warned = False
+        self.guard = MemoryGuard(parse_mem_floor(settings.mem_floor, memory_total_mb()), self._guard_kill)
         self.run_dir = new_run_dir(out_dir)
         write_json(self.run_dir / SETTINGS, settings.to_dict())
         self.result: SweepResult | None = None
+        self._ceilings: tuple[Ceiling, ...] = ()
         self._gpu = gpu
         self._queue: queue.Queue[Event | BaseException] = queue.Queue()
         self._cancel = threading.Event()
@@ -180,6 +208,10 @@ class Sweep:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
 
+    def _guard_kill(self) -> None:
+        """The memory guard's verdict (watcher or probe thread): the whole trial group goes at once."""
+        self._signal_trial(signal.SIGKILL)
+
     # -- the stream -------------------------------------------------------------------------------------
 
     def events(self) -> Iterator[Event]:
@@ -213,6 +245,7 @@ class Sweep:
         self._queue.put(event)
 
     def _on_probe(self, sample: ProbeSample) -> None:
+        self.guard.observe(sample)  # the live check (cgroup headroom included); kills the trial below the floor
         window = self._window
         if window is not None and sample.index == self._window_index:
             window.append(sample)
@@ -238,40 +271,65 @@ class Sweep:
         self._emit(SweepStarted(str(self.run_dir), machine, self.settings, self.planner.planned(), self.previous))
         if machine.gpu_unavailable:
             self._emit(Notice("info", f"GPU {machine.gpu_unavailable}"))
+        if shm := shm_problem(machine.shm_free_mb):
+            self._emit(Notice("warning", shm))
+        if self._kept:
+            self._emit(Notice("info", f"resuming: {len(self._kept)} finished trials are kept, not measured again"))
+        for kept in self._kept.values():
+            self.guard.learn(kept)
         probes = self._probes = Probes(self._on_probe, gpu, interval=self.settings.interval)
         runner: RunnerProcess | None = None
         trials: list[TrialResult] = []
         try:
             probes.start()
+            self.guard.start()
             runner = self._start_runner()
             self._check_dataset(runner)
-            while (config := self.planner.next(trials)) is not None:
+            if self._skipped:
+                self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run (the "
+                                  "DataLoader rejects their knobs there); they show as skipped"))  # fmt: skip
+            self._ceilings = self._measure_ceilings(runner)
+            self._emit(Notice("info", describe_ceilings(self._ceilings)))
+            self.planner.setup(machine, self._ceilings)
+            while (config := self._next_config(trials)) is not None:
                 if self._cancel.is_set() or self._stop_after.is_set():
                     break
                 index = len(trials)
                 self._resumed.wait()
-                if runner.proc.poll() is not None:  # it died with a trial: start afresh
-                    runner.close()
-                    runner = self._start_runner()
-                trial = self._run_trial(runner, index, config, machine)
-                if trial is None:  # cancelled mid-trial: nothing finished to keep
-                    break
+                trial = self._kept_or_skipped(index, config)
+                if trial is None:
+                    if runner.proc.poll() is not None:  # it died with a trial: start afresh
+                        runner.close()
+                        runner = self._start_runner()
+                    trial = self._run_trial(runner, index, config, machine)
+                if trial is None or (trial.status == "failed" and self._cancel.is_set()):
+                    break  # cancelled mid-trial (its SIGKILL was ours, not a failure): nothing finished to keep
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
         except _Cancelled:
             pass
         finally:
+            self.guard.close()
             probes.stop()
             if runner is not None:
                 runner.close()
             if self._gpu is None:
                 gpu.close()
+        for config, why in self._skipped:
+            skipped = TrialResult(len(trials), config, "skipped", error=why)
+            trials.append(skipped)
+            append_trial(self.run_dir, skipped)
+            self._emit(TrialFinished(skipped))
         self._finish(machine, trials, time.monotonic() - started)
 
     def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
         trials = self._with_reasons(trials, machine)
         knee, recommendation = analyze(trials, self.settings, machine)
+        recommendation = self._per_rank(recommendation, trials, machine)
+        usl = fit_curve(worker_curve(trials, self.settings.tolerance))
+        for note in rule_notes(knee, usl, self.settings.tolerance):
+            self._emit(Notice("info", note))
         interrupted = self._cancel.is_set() or self._stop_after.is_set()
         self.result = SweepResult(
             machine=machine,
@@ -282,17 +340,58 @@ class Sweep:
             run_dir=str(self.run_dir),
             interrupted=interrupted,
             wall_s=wall_s,
+            ceilings=self._ceilings,
+            usl=usl,
+            search_trace=tuple(getattr(self.planner, "trace", ())),
         )
         write_result(self.run_dir, self.result)
         self._emit(SweepFinished(self.result))
 
     def _with_reasons(self, trials: list[TrialResult], machine: MachineInfo) -> list[TrialResult]:
         """Reasons compare each trial with the best of the sweep, so they are final only at the end."""
-        ok = [t.samples_per_s for t in trials if t.status == "ok" and t.samples_per_s]
-        peak = max(ok) if ok else None
-        return [
-            dataclasses.replace(t, reason=trial_reason(t, machine, peak, self.settings.tolerance)) for t in trials
-        ]
+        annotated = annotate(trials, machine, self.settings.tolerance, self._ceilings)
+        return [with_notes(t, self.settings.ranks, machine.usable_cpus) for t in annotated]
+
+    def _per_rank(
+        self, rec: Recommendation | None, trials: list[TrialResult], machine: MachineInfo
+    ) -> Recommendation | None:
+        """The recommended trial's data warnings belong in its reason; with --ranks the recommendation is per
+        rank: say what that means for the node, and shard the snippet as the measurement did."""
+        if rec is None:
+            return rec
+        warnings = [w for t in trials if t.index == rec.trial_index for w in t.warnings]
+        if warnings:
+            rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings]))
+        if self.settings.ranks < 2:
+            return rec
+        extra = () if self._iterable else ("sampler=DistributedSampler(dataset)",)
+        return dataclasses.replace(
+            rec,
+            reason=f"{rec.reason}; {ranks_note(rec.config.num_workers, self.settings.ranks, machine.usable_cpus)}",
+            snippet=snippet(rec.config, machine.default_start_method, extra),
+        )
+
+    def _measure_ceilings(self, runner: RunnerProcess) -> tuple[Ceiling, ...]:
+        """The consumer alone on a cached batch, before the first trial (ceiling.py)."""
+        return measure_ceilings(runner.send, lambda limit, doing: self._next_line(runner, limit, doing), self.settings)
+
+    def _next_config(self, trials: list[TrialResult]) -> TrialConfig | None:
+        """The planner's next configuration; each of its decisions goes into the event stream as a Notice."""
+        config = self.planner.next(trials)
+        for step in self.planner.take_notes():
+            self._emit(Notice("info", f"search ({step.phase}): {step.message}", len(trials) if config else None))
+        return config
+
+    def _kept_or_skipped(self, index: int, config: TrialConfig) -> TrialResult | None:
+        """A trial that needs no measuring: kept from the resumed run, or skipped by the memory guard."""
+        kept = self._kept.pop(config, None)
+        if kept is not None:
+            return dataclasses.replace(kept, index=index)
+        if not self._fd_warned and (fds := fd_problem(config, self.settings.files_per_sample, open_files_limit())):
+            self._fd_warned = True
+            self._emit(Notice("warning", fds, index))
+        reason = self.guard.check_before(config)
+        return None if reason is None else TrialResult(index, config, "skipped", error=reason)
 
     def _start_runner(self) -> RunnerProcess:
         runner = RunnerProcess(self.run_dir / LOG)
@@ -308,11 +407,16 @@ class Sweep:
                 "dataset": self.settings.dataset,
                 "dataset_args": dict(self.settings.dataset_args),
                 "start_methods": sorted({c.start_method for c in self.planner.planned() if c.start_method}),
+                "settings": self.settings.to_dict(),  # the consumer and knobs are checked with it
             }
         )
         message = self._next_line(runner, RUNNER_START_TIMEOUT, "load the dataset")
         if not message.get("ok"):
             raise UsageError(message.get("error", "the dataset could not be loaded"))
+        self._iterable = bool(message.get("iterable"))
+        self.checked.set()
+        if message.get("summary"):
+            self._emit(Notice("info", message["summary"]))
 
     def _next_line(self, runner: RunnerProcess, timeout: float, doing: str) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -338,6 +442,7 @@ class Sweep:
         total = max(len(self.planner.planned()), index + 1)
         pid: int | None = None
         worker_pids: tuple[int, ...] = ()
+        rank_pids: tuple[int, ...] = ()
         finished: dict[str, Any] | None = None
         error: str | None = None
         last_what = "starting"
@@ -370,15 +475,18 @@ class Sweep:
                         self._trial_pgid = pid
                         if not self._resumed.is_set():  # paused while we were forking
                             self._signal_trial(signal.SIGSTOP)
+                    self.guard.arm(index, config)
                     probes_watch(index, pid, ())
                 elif kind == "workers":
                     worker_pids = tuple(message["worker_pids"])
-                    probes_watch(index, pid, worker_pids)
-                    last_what = f"started {len(worker_pids)} workers"
+                    rank_pids = tuple(message.get("rank_pids", rank_pids))  # --ranks: the other ranks' mains
+                    probes_watch(index, pid, rank_pids + worker_pids)
+                    last_what = f"started {len(worker_pids)} workers" if worker_pids else "built the loader"
                 elif kind == "started":
                     worker_pids = tuple(message["worker_pids"])
-                    probes_watch(index, pid, worker_pids)
-                    last_what = "first batch"
+                    rank_pids = tuple(message.get("rank_pids", rank_pids))
+                    probes_watch(index, pid, rank_pids + worker_pids)
+                    last_what = "got the first batch"
                     assert pid is not None
                     self._emit(
                         TrialStarted(index, total, config, pid, worker_pids, float(message["first_batch_s"]))
@@ -386,7 +494,9 @@ class Sweep:
                 elif kind == "block":
                     if self._window is None:
                         self._window = []  # the steady window opens with the first measured block
-                    last_what = f"block {message['block']}"
+                        if self._probes is not None:
+                            self._probes.refresh_memory()  # so even a short window has a USS/PSS reading
+                    last_what = f"measured block {message['block']}"
                     self._emit(
                         TrialProgress(
                             index,
@@ -401,23 +511,36 @@ class Sweep:
                 elif kind == "finished":
                     finished = message
                     self._window_index = None  # freeze the window
+                elif kind == "epoch" and finished is not None and message.get("epoch_restart_s") is not None:
+                    finished = {**finished, "epoch_restart_s": message["epoch_restart_s"]}  # measured after the window
+                elif kind == "notice":
+                    self._emit(Notice(message.get("level", "warning"), message["message"], index))
                 elif kind == "failed":
                     error = error or message["error"]
                 elif kind == "exited":
                     if finished is None and error is None:
                         if message.get("signal"):
-                            name = signal_name(message["signal"])
-                            hint = " (out of memory?)" if message["signal"] == signal.SIGKILL else ""
-                            error = f"trial process killed by {name}{hint}"
+                            error = f"trial process killed by {signal_name(message['signal'])}"
+                            error += _SIGNAL_HINTS.get(message["signal"], "")
                         else:
                             error = f"trial process exited with code {message.get('returncode')}"
                     break
         finally:
             if error is not None:  # whatever is left of a failed trial goes with it
                 self._signal_trial(signal.SIGKILL)
+            memory = self.guard.disarm()
             with self._lock:
                 self._trial_pgid = None
             probes_watch(None, None, ())
+        if self._cancel.is_set() and finished is None:
+            return None  # our own kill raced the loop's check: a cancelled trial, not a failed one
+        if memory is not None and memory.stopped:
+            if finished is None:
+                error = memory.describe()  # whatever the dying trial said, this is why it died
+            else:
+                self._emit(Notice("warning", f"after trial {index + 1} had finished, {memory.describe()}", index))
+        if error is not None:
+            error = shm_hint(error, shm_free_mb())
         window, self._window = self._window or [], None
         if finished is None or error is not None:
             return TrialResult(index, config, "failed", error=error or "unknown failure")
@@ -444,6 +567,9 @@ class Sweep:
             warmup_batches=finished["warmup_batches"],
             stable=finished["stable"],
             epoch_restart_s=finished.get("epoch_restart_s"),
+            ranks=finished.get("ranks", 1),
+            rank_samples_per_s=tuple(finished.get("rank_samples_per_s", ())),
+            warnings=tuple(finished.get("warnings", ())),
         )
 
     def _drain_until_exit(self, runner: RunnerProcess, timeout: float = 2.0) -> None:
@@ -455,6 +581,9 @@ class Sweep:
                 continue
             if message is None or message.get("type") == "exited":
                 return
+            if message.get("type") == "forked":  # cancelled as it was forked: its group was not known yet
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(message["pid"], signal.SIGKILL)
 
     def _probes_watch(self, index: int | None, pid: int | None, workers: tuple[int, ...]) -> None:
         probes = self._probes

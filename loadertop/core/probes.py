@@ -147,6 +147,12 @@ class Probes:
                 del self._procs[pid]
             self._gone &= set(wanted)
 
+    def refresh_memory(self) -> None:
+        """Read USS/PSS at the next tick, whatever the full-info pacing says (a steady window just opened)."""
+        with self._lock:
+            for tracked in self._procs.values():
+                tracked.full_t = None
+
     def __enter__(self) -> Probes:
         self.start()
         return self

@@ -78,21 +78,31 @@ class TrialResult:
     measured_s: float = 0.0
     warmup_batches: int = 0
     stable: bool = False  # spread reached the target before the time budget ran out
-    epoch_restart_s: float | None = None  # wait for the first batch of a new epoch, if one was crossed
+    # The epoch boundary: from the last batch of an epoch to the first of the next (worker restart unless
+    # persistent_workers); measured by ending an epoch early after the steady window. None if it could not be.
+    epoch_restart_s: float | None = None
+    fraction_of_ceiling: float | None = None  # samples/s ÷ the consumer's ceiling; None when there is no ceiling
+    repeat_of: int | None = None  # index of the first trial of the same configuration (a finalist re-measured)
+    ranks: int = 1  # loader replicas measured at once (--ranks); rates above are their sum
+    rank_samples_per_s: tuple[float, ...] = ()  # each rank's own samples/s, when ranks > 1
+    warnings: tuple[str, ...] = ()  # what the trial found wrong with the data, e.g. unsharded IterableDataset workers
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["worker_uss_mb"] = list(self.worker_uss_mb)
-        data["worker_uss_slope_mb_per_min"] = list(self.worker_uss_slope_mb_per_min)
+        for name in _TUPLES:
+            data[name] = list(getattr(self, name))
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialResult:
         fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
         fields["config"] = TrialConfig.from_dict(data["config"])
-        for name in ("worker_uss_mb", "worker_uss_slope_mb_per_min"):
+        for name in _TUPLES:
             fields[name] = tuple(fields.get(name) or ())
         return cls(**fields)
+
+
+_TUPLES = ("worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings")
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,51 @@ class Knee:
     num_workers: int | None
     rule: str  # which rule chose it, e.g. "kneedle" or "noise band"
     reason: str
+    # What each rule says on its own (annotations beside the choice, so not part of equality).
+    kneedle: int | None = field(default=None, compare=False)
+    noise_band: int | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The consumer alone on a cached batch: the most the loader could ever be asked for, per batch size.
+
+    `samples_per_s` is None when the consumer does no work (no CUDA and --step-ms 0): nothing but the loader
+    bounds throughput then, and `note` says so."""
+
+    batch_size: int
+    samples_per_s: float | None
+    note: str = ""
+    spread: float | None = None
+
+
+@dataclass(frozen=True)
+class UslFit:
+    """Universal Scalability Law, X(N) = λN / (1 + α(N−1) + βN(N−1)), fitted to samples/s against workers (N ≥ 1).
+
+    α is contention (the part that does not parallelise), β is coherency (cost that grows with pairs of workers);
+    the throughput peaks at N* = sqrt((1−α)/β), None when β is 0 (no retrograde region)."""
+
+    lam: float
+    alpha: float
+    beta: float
+    r2: float
+    points: int
+    peak_workers: float | None
+    peak_samples_per_s: float | None
+    note: str = ""
+
+    def predict(self, n: float) -> float:
+        return self.lam * n / (1.0 + self.alpha * (n - 1.0) + self.beta * n * (n - 1.0))
+
+
+@dataclass(frozen=True)
+class SearchStep:
+    """One decision of the search, in order: what it measured next, or why it stopped."""
+
+    phase: str  # "plan", "climb", "stop", "refine", "knobs", "repeat", "done"
+    message: str
+    config: str | None = None  # the label of the configuration it chose, if any
 
 
 @dataclass(frozen=True)
@@ -124,6 +179,9 @@ class SweepResult:
     interrupted: bool = False
     wall_s: float = 0.0
     version: int = field(default=RESULT_VERSION)
+    ceilings: tuple[Ceiling, ...] = ()
+    usl: UslFit | None = None
+    search_trace: tuple[SearchStep, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +194,9 @@ class SweepResult:
             "run_dir": self.run_dir,
             "interrupted": self.interrupted,
             "wall_s": self.wall_s,
+            "ceilings": [asdict(c) for c in self.ceilings],
+            "usl": asdict(self.usl) if self.usl else None,
+            "search_trace": [asdict(s) for s in self.search_trace],
         }
 
     @classmethod
@@ -152,4 +213,7 @@ class SweepResult:
             interrupted=data.get("interrupted", False),
             wall_s=data.get("wall_s", 0.0),
             version=data.get("version", RESULT_VERSION),
+            ceilings=tuple(Ceiling(**c) for c in data.get("ceilings") or ()),
+            usl=UslFit(**data["usl"]) if data.get("usl") else None,
+            search_trace=tuple(SearchStep(**s) for s in data.get("search_trace") or ()),
         )

@@ -38,6 +38,9 @@ def main() -> int:
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when we stop
     _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphaned DataLoader workers are reparented to us, and reaped
+    from loadertop.core.guards import prefer_oom_kill
+
+    prefer_oom_kill()  # inherited by trials and workers: if the kernel must kill, it kills us, not a training job
 
     import torch  # noqa: F401  (paid once here, inherited by every trial)
 
@@ -51,8 +54,10 @@ def main() -> int:
         child = os.fork()
         if child == 0:
             os.setpgid(0, 0)
-            code = _trial_main(request)
+            code = _ceiling_main(request) if request["type"] == "ceiling" else _trial_main(request)
             os._exit(code)
+        with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
+            os.setpgid(child, child)
         emit({"type": "forked", "index": request["index"], "pid": child})
         status = _wait_child(child)
         child = None
@@ -122,24 +127,112 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def _check(request: dict[str, Any]) -> None:
-    """Validate the dataset spec before the sweep (exit 2 on a bad one) without touching the driver."""
+    """Validate the dataset spec (and consumer, knobs) before the sweep: exit 2 on a bad one.
+
+    In a forked child, so the user's imports, threads and open files never become part of the runner that every
+    trial is forked from."""
+    pid = os.fork()
+    if pid == 0:
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        code = 1
+        try:
+            code = _check_child(request)
+        finally:
+            sys.stderr.flush()
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 2):
+        how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"code {os.WEXITSTATUS(status)}"
+        error = f"loading the dataset killed its process ({how}); see runner.log"
+        emit({"type": "checked", "ok": False, "error": error})
+
+
+def _check_child(request: dict[str, Any]) -> int:
     from loadertop.core.spec import SpecError, load_dataset
 
+    settings = Settings.from_dict(request["settings"]) if "settings" in request else None
     try:
-        dataset, _ = load_dataset(request["dataset"], dict(request.get("dataset_args", {})))
-        if "spawn" in request.get("start_methods", []) or "forkserver" in request.get("start_methods", []):
-            import pickle
-
-            try:
-                pickle.dumps(dataset)
-            except Exception as exc:
-                raise SpecError(
-                    f"the dataset cannot be pickled for spawn/forkserver workers: {type(exc).__name__}: {exc}"
-                ) from exc
-        emit({"type": "checked", "ok": True, "dataset": type(dataset).__name__, "length": _len(dataset)})
+        dataset, extra = load_dataset(request["dataset"], dict(request.get("dataset_args", {})))
+        methods = set(request.get("start_methods", []))
+        if methods & {"spawn", "forkserver"}:
+            _check_picklable(dataset, extra, sorted(methods & {"spawn", "forkserver"}))
+        iterable = _check_items(dataset, request["dataset"])
+        if settings is not None:
+            _check_settings(settings, extra)
+        summary = f"dataset {type(dataset).__name__}"
+        length = _len(dataset)
+        summary += f", {length} samples" if length is not None else " (iterable)"
+        if extra:
+            summary += f"; the factory sets {', '.join(sorted(extra))}"
+        emit({"type": "checked", "ok": True, "dataset": type(dataset).__name__, "length": length,
+              "iterable": iterable, "extra": sorted(extra), "summary": summary})  # fmt: skip
+        return 0
     except SpecError as exc:
         traceback.print_exc()
         emit({"type": "checked", "ok": False, "error": str(exc)})
+        return 2
+    except Exception as exc:  # the user's code failed in a way load_dataset did not foresee: still one line
+        traceback.print_exc()
+        error = " ".join(f"checking the dataset raised {type(exc).__name__}: {exc}".split())
+        emit({"type": "checked", "ok": False, "error": error})
+        return 2
+
+
+def _check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> None:
+    """What spawn and forkserver workers receive must pickle: the dataset and the functions they call."""
+    import pickle
+
+    from loadertop.core.spec import SpecError
+
+    parts = {"the dataset": dataset, **{k: extra[k] for k in ("collate_fn", "worker_init_fn") if extra.get(k)}}
+    for name, value in parts.items():
+        try:
+            pickle.dumps(value)
+        except Exception as exc:
+            raise SpecError(
+                f"{name} cannot be pickled for {'/'.join(methods)} workers ({type(exc).__name__}: {exc}); "
+                "define classes and functions at module level, or use --start-method fork"
+            ) from exc
+
+
+def _check_items(dataset: Any, spec: str) -> bool:
+    """An IterableDataset has no length: make sure it yields something. True when it is iterable-style."""
+    from torch.utils.data import IterableDataset
+
+    from loadertop.core.spec import SpecError
+
+    if not isinstance(dataset, IterableDataset):
+        return False
+    try:
+        next(iter(dataset))
+    except StopIteration:
+        raise SpecError(f"dataset {spec} is an IterableDataset that yields nothing") from None
+    except Exception as exc:
+        raise SpecError(f"iterating dataset {spec} raised {type(exc).__name__}: {exc}") from exc
+    return True
+
+
+def _check_settings(settings: Settings, extra: dict[str, Any]) -> None:
+    """Knobs the installed torch or the factory's own arguments cannot honour."""
+    import torch
+
+    from loadertop.core.loader import supports_in_order
+    from loadertop.core.spec import SpecError, load_callable
+
+    if settings.consumer:
+        try:
+            load_callable(settings.consumer, "consumer")
+        except SpecError as exc:
+            raise SpecError(f"--consumer: {exc}") from exc
+    if False in settings.in_order and not supports_in_order():
+        raise SpecError(f"--in-order off needs DataLoader(in_order=...): torch 2.6 or newer, not {torch.__version__}")
+    if "batch_sampler" in extra and len(settings.batch_sizes) > 1:
+        raise SpecError("the dataset factory fixes batch_sampler, so --batch-size cannot be swept")
+    if settings.ranks > 1:
+        import torch.distributed as dist
+
+        if not dist.is_available() or not dist.is_gloo_available():
+            raise SpecError(f"--ranks {settings.ranks} needs torch.distributed with gloo, which this torch lacks")
 
 
 def _len(dataset: Any) -> int | None:
@@ -147,6 +240,17 @@ def _len(dataset: Any) -> int | None:
         return len(dataset)
     except TypeError:
         return None
+
+
+def _ceiling_main(request: dict[str, Any]) -> int:
+    """The consumer alone on a cached batch (ceiling.py), in a forked process like a trial."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    from loadertop.core.ceiling import ceiling_main
+
+    try:
+        return ceiling_main(request, emit)
+    finally:
+        sys.stderr.flush()
 
 
 def _trial_main(request: dict[str, Any]) -> int:
@@ -157,44 +261,40 @@ def _trial_main(request: dict[str, Any]) -> int:
         emit({"index": index, "pid": os.getpid(), **message})
 
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the runner died: so does the trial
+    import faulthandler
+
+    faulthandler.enable()  # a segfault in the dataset's native code leaves its Python stack in the log
     try:
         settings = Settings.from_dict(request["settings"])
         config = TrialConfig.from_dict(request["config"])
         print(f"--- trial {index}: {config.label()}", file=sys.stderr, flush=True)
-        loader = _build_loader(settings, config)
-        from loadertop.core.measure import Consumer, measure
+        from loadertop.core.trial import run_trial
 
-        measure(loader, config, settings, Consumer(settings.step_ms, config.pin_memory), send)
+        run_trial(settings, config, send)
         return 0
     except BaseException as exc:
         traceback.print_exc()
-        send({"type": "failed", "error": f"{type(exc).__name__}: {exc}".strip()})
+        from loadertop.core.crashes import describe
+
+        send({"type": "failed", "error": describe(exc)})
         return 1
     finally:
         sys.stderr.flush()
 
 
 def _build_loader(settings: Settings, config: TrialConfig) -> Any:
-    import multiprocessing
+    """The trial's DataLoader (loader.py builds it, with the epoch control the measured loop uses)."""
+    from loadertop.core.loader import build_loader
 
-    from torch.utils.data import DataLoader
-
-    from loadertop.core.spec import load_dataset
-
-    dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
-    kwargs: dict[str, Any] = dict(extra)
-    if config.num_workers > 0:
-        kwargs["prefetch_factor"] = config.prefetch_factor
-        kwargs["persistent_workers"] = config.persistent_workers
-        kwargs["multiprocessing_context"] = multiprocessing.get_context(config.start_method)
-    return DataLoader(
-        dataset,
-        batch_size=config.batch_size,
-        num_workers=config.num_workers,
-        pin_memory=config.pin_memory,
-        **kwargs,
-    )
+    return build_loader(settings, config).loader
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        exit_code = main()
+    except SystemExit as stop:  # the driver went away mid-trial
+        exit_code = stop.code if isinstance(stop.code, int) else 0
+    # Skip the interpreter's teardown: with torch loaded it takes 1.2 s here, and a sweep that is stopped
+    # must have no process left within 2 s. Events went out unbuffered; only the log needs a flush.
+    sys.stderr.flush()
+    os._exit(exit_code)

@@ -11,10 +11,12 @@ HEADERS = (
     "prefetch",
     "pin",
     "persist",
+    "start",
     "samples/s",
     "±",
     "stall",
     "1st batch",
+    "epoch",
     "USS/wkr MB",
     "PSS MB",
     "RSS* MB",
@@ -23,7 +25,10 @@ HEADERS = (
     "status",
 )
 
-RSS_FOOTNOTE = "* RSS counts pages shared with the parent once per process; USS and PSS do not."
+RSS_FOOTNOTE = (
+    "* RSS counts pages shared with the parent once per process; USS and PSS do not. "
+    "epoch: wait from an epoch's last batch to the next one's first."
+)
 
 
 def num(value: float | None, fmt: str, suffix: str = "") -> str:
@@ -54,10 +59,12 @@ def trial_cells(trial: TrialResult) -> list[str]:
         str(c.prefetch_factor) if c.prefetch_factor else "–",
         "on" if c.pin_memory else "off",
         "on" if c.persistent_workers else "off",
+        (c.start_method or "–") + ("" if c.in_order else " unordered"),
         num(trial.samples_per_s, ".0f"),
         pct(trial.spread, ".1f"),
         pct(trial.stall_fraction),
         num(trial.first_batch_s, ".2f", " s"),
+        num(trial.epoch_restart_s, ".2f", " s"),
         num(uss, ".0f"),
         num(trial.total_pss_mb, ".0f"),
         num(trial.rss_mb, ".0f"),
