@@ -187,7 +187,8 @@ class LoadertopApp(App[None]):
             self.settings = replace(self.settings, workers=event.settings.workers)
         if isinstance(event, Notice):
             severity: SeverityLevel = event.level if event.level in ("warning", "error") else "information"
-            self.notify(event.message, severity=severity, timeout=8)
+            # The search trace is informative but frequent: brief toasts, so the table stays readable.
+            self.notify(event.message, severity=severity, timeout=8 if severity != "information" else 3)
         if isinstance(event, (ProbeSample, TrialProgress)):
             return  # high rate: the timer redraws
         self.flush()

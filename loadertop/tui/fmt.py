@@ -100,3 +100,14 @@ def no_gpu_line(reason: str | None) -> str:
     if text.lower().startswith("no nvidia gpu"):
         return text
     return f"no NVIDIA GPU: {text}"
+
+
+def worker_list(workers: tuple[int, ...]) -> str:
+    """`0,1,2,3,4,8` → `0-4,8`: a sweep over 0..64 must not take three header lines."""
+    runs: list[list[int]] = []
+    for n in sorted(workers):
+        if runs and n == runs[-1][-1] + 1:
+            runs[-1].append(n)
+        else:
+            runs.append([n])
+    return ",".join(f"{r[0]}-{r[-1]}" if len(r) > 2 else ",".join(map(str, r)) for r in runs)

@@ -65,7 +65,7 @@ class HeaderPane(Pane):
             dataset = f"{s.dataset}:{args}" if args else s.dataset
             step = f" · step {s.step_ms:g} ms" if s.step_ms else ""
             batch = ",".join(map(str, s.batch_sizes))
-            workers = ",".join(map(str, s.workers))
+            workers = fmt.worker_list(s.workers)
             workload = f"{dataset} · bs {batch} · workers {workers}{step}  "
         parts: list[str | tuple[str, str]] = [(workload, "dim")]
         if state.phase == "running":
