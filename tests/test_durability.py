@@ -93,7 +93,7 @@ def runner_pid(family: Family) -> int:
 def test_runner_killed_mid_trial_fails_that_trial_its_processes_die_and_the_sweep_goes_on(runs: Path) -> None:
     settings = Settings(dataset=DATASET, workers=(2, 0), start_methods=("fork",), trial_seconds=2, interval=0.2)
     sweep = Sweep(settings, out_dir=runs, only=[TrialConfig(2, 32, 2, start_method="fork"), TrialConfig(0, 32)])
-    family = Family()
+    family = Family().watch()
     trial_died = None
     for event in sweep.events():
         family.see(event)

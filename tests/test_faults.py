@@ -29,7 +29,7 @@ def run_sweep(runs: Path, factory: str, only: list[TrialConfig], **settings: obj
         out_dir=runs,
         only=only,
     )
-    family = Family()
+    family = Family().watch()  # polled too: a trial that fails before its first batch sends no pid in an event
     for event in sweep.events():
         family.see(event)
     assert len(family.pids) >= 2, family.pids  # the runner and at least one trial process were seen

@@ -185,7 +185,7 @@ def guarded_sweep(runs: Path, only: list[TrialConfig], floor_mb: float, **args: 
         trial_seconds=3, target_spread=0.0, interval=0.2, start_methods=("fork",),
     )  # fmt: skip
     sweep = Sweep(settings, out_dir=runs, only=only)
-    family = Family()
+    family = Family().watch()
     events = []
     for event in sweep.events():
         family.see(event)
@@ -249,7 +249,7 @@ def test_small_shm_and_a_low_open_file_limit_are_announced(
     monkeypatch.setattr(driver, "machine_info", lambda gpu: dataclasses.replace(real(gpu), shm_free_mb=48.0))
     settings = Settings(dataset="synthetic:cpu_ms=0.2,io_ms=0,kb=16", trial_seconds=1, interval=0.2)
     sweep = Sweep(settings, out_dir=runs, only=[TrialConfig(2, 64, 2, start_method="fork")])
-    family = Family()
+    family = Family().watch()
     notices = []
     for event in sweep.events():
         family.see(event)

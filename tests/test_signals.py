@@ -134,7 +134,7 @@ def test_cancel_through_the_api_as_the_tui_does_leaves_nothing_within_2s(tmp_pat
     settings = Settings(dataset=f"{FAULTS}:hanging", dataset_args=(("after", "100"),), trial_seconds=2, interval=0.2)
     only = [TrialConfig(0, 32), TrialConfig(2, 32, 2, start_method="fork")]
     sweep = Sweep(settings, out_dir=tmp_path, only=only)
-    family = Family()
+    family = Family().watch()
     cancelled: float | None = None
     took = None
     for event in sweep.events():

@@ -39,7 +39,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
     settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.6, block_seconds=0.1,
                         min_blocks=3, interval=0.2)  # fmt: skip
     sweep = Sweep(settings, out_dir=runs, only=only)
-    family = Family()
+    family = Family().watch()
     driver: list[dict[str, float]] = []
     runner: list[dict[str, float]] = []
     runner_process: psutil.Process | None = None
