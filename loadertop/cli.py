@@ -73,7 +73,8 @@ def build_parser() -> Parser:
     what.add_argument("--dataset", default="synthetic", metavar="SPEC", help="dataset spec (default: synthetic)")
     what.add_argument("--dataset-arg", action="append", default=[], metavar="KEY=VALUE",
                       help="keyword argument for the dataset factory (repeatable)")  # fmt: skip
-    what.add_argument("--workers", default="auto", metavar="SPEC", help="num_workers: 0-16, 0,2,4,8, auto (default)")
+    what.add_argument("--workers", default="auto", metavar="SPEC",
+                      help="num_workers: 0-16, 0,2,4,8, auto (default; adaptive: to 64, grid: a ladder)")  # fmt: skip
     what.add_argument("--batch-size", default="32", metavar="LIST", help="batch sizes, e.g. 32,128 (default 32)")
     what.add_argument("--prefetch-factor", default="2", metavar="LIST", help="prefetch factors (default 2)")
     what.add_argument("--pin-memory", default="off", metavar="on,off", help="pin_memory values (default off)")
