@@ -48,7 +48,9 @@ def trial_line(trial: TrialResult, total: int) -> str:
     return (
         f"{head} {num(trial.samples_per_s, '7.0f')} samples/s ±{pct(trial.spread, '.1f'):>5}  "
         f"stall {pct(trial.stall_fraction):>4}  first batch {num(trial.first_batch_s, '.2f')} s  "
-        f"({trial.blocks} blocks{'' if trial.stable else ', not stable'})"
+        f"({trial.blocks} {'block' if trial.blocks == 1 else 'blocks'}"
+        f"{f' of {trial.epoch_batches}-batch epochs' if trial.epoch_batches else ''}"
+        f"{'' if trial.stable else ', not stable'})"
     )
 
 

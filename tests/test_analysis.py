@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -413,3 +414,17 @@ def test_consumer_bound_reason():
         "consumer-bound: the training loop waits for data 1% of the time at 2 workers; more workers only add memory; "
         "4 workers add 300 MB and no speed (205 vs 200 samples/s, within 5%)"
     )
+
+
+def test_epoch_bound_reason_when_the_boundary_takes_a_large_share_of_short_epochs():
+    # 62 batches an epoch at 10 batches/s is 6.2 s an epoch, of which 1.55 s (25%) waits for fresh workers.
+    t = replace(trial(0, 10, 320.0, cpu=150.0, stall=1.0), batches_per_s=10.0, epoch_batches=62, epoch_restart_s=1.55)
+    assert trial_reason(t, machine(), None) == (
+        "epoch-bound (each 62-batch epoch waits 1.55 s at its boundary, 25% of its time; "
+        "persistent_workers=True keeps them)"
+    )
+    # The same boundary in a long epoch (blocks inside one epoch: epoch_batches unset) is not the bound.
+    assert trial_reason(replace(t, epoch_batches=None), machine(), None).startswith("I/O-bound (workers at 15%")
+    # Persistent workers already: the boundary is named, with no advice to repeat.
+    kept = replace(t, config=replace(t.config, persistent_workers=True))
+    assert trial_reason(kept, machine(), None).endswith("25% of its time)")

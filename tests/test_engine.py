@@ -140,3 +140,20 @@ def test_failing_dataset_fails_the_trial_not_the_sweep(runs: Path, no_leftovers:
     result = Sweep(settings, out_dir=runs).run()
     assert [t.status for t in result.trials] == ["failed", "failed"]
     assert all("synthetic failure at index 40" in (t.error or "") for t in result.trials)
+
+
+def test_short_epochs_are_measured_whole_with_their_boundaries(runs: Path, no_leftovers: None) -> None:
+    # 120 batches an epoch, and each epoch's fresh workers sleep 0.5 s before their first sample: training can
+    # never see more than 120 / 0.5 = 240 batches/s, however fast the batches come between boundaries.
+    data = Path(__file__).with_name("data") / "slow_epochs.py"
+    settings = Settings(
+        dataset=f"{data}:build", dataset_args=(("length", "120"), ("start_s", "0.5")), workers=(2,),
+        batch_sizes=(1,), start_methods=("fork",), trial_seconds=3, block_seconds=0.15, interval=0.2,
+    )  # fmt: skip
+    sweep = Sweep(settings, out_dir=runs)
+    list(sweep.events())
+    assert sweep.result is not None
+    (trial,) = sweep.result.trials
+    assert trial.status == "ok", trial.error
+    assert trial.samples_per_s is not None and 60 < trial.samples_per_s <= 240, trial.samples_per_s
+    assert trial.blocks >= 2  # whole epochs, each its own block

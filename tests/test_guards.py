@@ -155,6 +155,17 @@ def test_after_a_stop_more_workers_are_skipped_and_fewer_are_predicted_from_what
     assert need == pytest.approx(3 * 6100 / 4)
 
 
+def test_with_ranks_the_prediction_counts_every_rank() -> None:
+    w = Scripted(free=10_000)
+    guard = MemoryGuard(4000, w.kill, read_free=lambda: w.free, clock=lambda: w.now, ranks=2)
+    guard.arm(0, W2)  # rank 0's main, the other rank's main (400) and four workers, as the probes list them
+    guard.observe(sample(0, 9000, workers_uss=(400, 100, 100, 100, 100), pss=1100))  # rank 0's main: 300
+    guard.disarm()
+    need, how = guard.predict_mb(W6) or (0, "")
+    assert need == 2 * (300 + 6 * 400) and how == "2 ranks × (main 300 MiB + 6 × 400 MiB per worker)"
+    guard.close()
+
+
 def test_shm_and_open_file_messages() -> None:
     assert shm_problem(None) is None and shm_problem(8000) is None
     message = shm_problem(64) or ""

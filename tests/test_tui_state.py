@@ -12,6 +12,7 @@ from loadertop.core.config import TrialConfig
 from loadertop.core.events import ProbeSample, SweepFinished, TrialFinished
 from loadertop.tui import fmt, ranges
 from loadertop.tui.state import SweepState, _climbing, _slope
+from loadertop.tui.widgets.results import status_text
 
 
 def run(sweep: FakeSweep, state: SweepState, only: bool = False) -> SweepState:
@@ -75,6 +76,22 @@ def test_a_row_rerun_keeps_the_table_and_the_recommendation(tmp_path: Path) -> N
     assert state.recommendation.config == rec.config and "6 workers" in state.recommendation.reason
     assert state.result is not None and len(state.result.trials) == len(WORKERS)
     assert state.result.settings == SETTINGS  # not the tightened settings of the one-row rerun
+
+
+def test_rungs_a_finished_search_did_not_need_say_so(tmp_path: Path) -> None:
+    # An adaptive search plans a ladder and may stop climbing early: SweepStarted listed 7 configurations, the
+    # sweep ran 3 and ended normally. The other 4 were not needed, which is not the same as "not run".
+    sweep = FakeSweepFactory(tmp_path)(SETTINGS, None, None)
+    state = SweepState()
+    state.begin(only=False)
+    for event in sweep.events():
+        if isinstance(event, SweepFinished):
+            event = SweepFinished(replace(event.result, interrupted=False))
+        state.apply(event)
+        if isinstance(event, TrialFinished) and event.result.index == 2:
+            sweep.stop_after_current()
+    assert [row.status for row in state.rows] == ["ok"] * 3 + ["not needed"] * 4
+    assert status_text(state.rows[-1]) == "not needed: the search settled before it"
 
 
 def test_an_interrupted_sweep_marks_what_never_ran(tmp_path: Path) -> None:

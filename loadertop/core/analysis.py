@@ -17,6 +17,7 @@ from loadertop.core.results import Ceiling, Knee, MachineInfo, Recommendation, T
 CPU_SATURATED = 0.85  # fraction of usable CPUs x 100 at which the loader counts as CPU-bound
 CONSUMER_BOUND_STALL = 0.05  # the consumer waits less than this: the loader keeps up
 IO_WAIT_WORKER_CPU = 50.0  # percent of one CPU per worker below which busy-stalled workers are waiting on I/O
+EPOCH_BOUND_SHARE = 0.2  # share of an epoch spent at its boundary from which the boundary is what bounds a trial
 MEMORY_SLACK = 0.05  # PSS differences under 5% (or MEMORY_SLACK_MB) are measurement noise, not a real cost
 MEMORY_SLACK_MB = 16.0
 BAND_CAP = 3.0  # the noise band is at most this many times the tolerance (15% by default)
@@ -78,7 +79,19 @@ def trial_reason(
     capacity = _capacity(machine)
     stall = trial.stall_fraction
     main = trial.main_cpu_percent
-    if trial.cpu_percent is not None and trial.cpu_percent >= CPU_SATURATED * capacity:
+    boundary = _boundary_share(trial)
+    if boundary is not None and boundary >= EPOCH_BOUND_SHARE:
+        assert trial.epoch_restart_s is not None
+        fix = (
+            "; persistent_workers=True keeps them"
+            if trial.config.num_workers and not trial.config.persistent_workers
+            else ""
+        )
+        phrase = (
+            f"epoch-bound (each {trial.epoch_batches}-batch epoch waits {trial.epoch_restart_s:.2f} s at its "
+            f"boundary, {_pct(boundary)} of its time{fix})"
+        )
+    elif trial.cpu_percent is not None and trial.cpu_percent >= CPU_SATURATED * capacity:
         phrase = f"CPU-bound ({trial.cpu_percent / 100:.1f}/{machine.usable_cpus} CPUs)"
     elif stall is not None and stall < CONSUMER_BOUND_STALL:
         phrase = f"consumer-bound (stall {_pct(stall)})"
@@ -110,6 +123,13 @@ def trial_reason(
         else:
             phrase += f", {_pct(ratio)} of best"
     return phrase
+
+
+def _boundary_share(trial: TrialResult) -> float | None:
+    """The share of an epoch's time spent at its boundary, for a trial measured over whole epochs."""
+    if not trial.epoch_batches or trial.epoch_restart_s is None or not trial.batches_per_s:
+        return None
+    return min(1.0, trial.epoch_restart_s * trial.batches_per_s / trial.epoch_batches)
 
 
 def analyze(

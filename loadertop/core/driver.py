@@ -153,7 +153,9 @@ class Sweep:
         self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
         self.checked = threading.Event()  # set once the dataset spec loaded: faces may hold output until then
         self._fd_warned = False
-        self.guard = MemoryGuard(parse_mem_floor(settings.mem_floor, memory_total_mb()), self._guard_kill)
+        self.guard = MemoryGuard(
+            parse_mem_floor(settings.mem_floor, memory_total_mb()), self._guard_kill, ranks=settings.ranks
+        )
         self.run_dir = new_run_dir(out_dir)
         write_json(self.run_dir / SETTINGS, settings.to_dict())
         self.result: SweepResult | None = None
@@ -488,14 +490,14 @@ class Sweep:
                     probes_watch(index, pid, rank_pids + worker_pids)
                     last_what = "got the first batch"
                     assert pid is not None
-                    self._emit(
-                        TrialStarted(index, total, config, pid, worker_pids, float(message["first_batch_s"]))
-                    )
-                elif kind == "block":
-                    if self._window is None:
-                        self._window = []  # the steady window opens with the first measured block
-                        if self._probes is not None:
-                            self._probes.refresh_memory()  # so even a short window has a USS/PSS reading
+                    self._emit(TrialStarted(index, total, config, pid, worker_pids, float(message["first_batch_s"])))
+                elif kind == "measuring" or (kind == "block" and self._window is None):
+                    # The steady window opens with the first measured block (again, when the trial finds its
+                    # epochs short and starts over with whole-epoch blocks).
+                    self._window = []
+                    if self._probes is not None:
+                        self._probes.refresh_memory()  # so even a short window has a USS/PSS reading
+                if kind == "block":
                     last_what = f"measured block {message['block']}"
                     self._emit(
                         TrialProgress(
@@ -567,6 +569,7 @@ class Sweep:
             warmup_batches=finished["warmup_batches"],
             stable=finished["stable"],
             epoch_restart_s=finished.get("epoch_restart_s"),
+            epoch_batches=finished.get("epoch_batches"),
             ranks=finished.get("ranks", 1),
             rank_samples_per_s=tuple(finished.get("rank_samples_per_s", ())),
             warnings=tuple(finished.get("warnings", ())),

@@ -204,8 +204,12 @@ class MemoryGuard:
         read_free: Callable[[], float] | None = None,
         period: float = GUARD_PERIOD_S,
         clock: Callable[[], float] = time.monotonic,
+        ranks: int = 1,
     ) -> None:
         self.floor_mb = floor_mb
+        # With --ranks R every trial runs R copies of (main + workers); the probes list the other ranks' mains
+        # beside the workers, so the per-worker peak may be a rank's main: an overestimate, on the safe side.
+        self.ranks = ranks
         self._kill = kill
         self._read_free = read_free or FreeMemory()
         self._clock = clock
@@ -281,7 +285,7 @@ class MemoryGuard:
                 self._per_worker = _max(self._per_worker, self._worker_peak)
             if seen.stopped:
                 self._stopped_workers.append(self._workers)
-                taken = max(0.0, seen.free_before_mb - seen.lowest_mb) / (self._workers + 1)
+                taken = max(0.0, seen.free_before_mb - seen.lowest_mb) / (self.ranks * (self._workers + 1))
                 self._stopped_per_process = max(self._stopped_per_process, taken)
             self._index = None
         return seen
@@ -354,8 +358,11 @@ class MemoryGuard:
                 need, how = 0.0, ""
             else:
                 need, how = main + n * per, f"main {main:,.0f} MiB + {n} × {per:,.0f} MiB per worker"
-        if stopped * (n + 1) > need:
-            need, how = stopped * (n + 1), f"{stopped:,.0f} MiB per process, as taken by a trial the guard stopped"
+        if how and self.ranks > 1:
+            need, how = self.ranks * need, f"{self.ranks} ranks × ({how})"
+        processes = self.ranks * (n + 1)
+        if stopped * processes > need:
+            need, how = stopped * processes, f"{stopped:,.0f} MiB per process, as taken by a trial the guard stopped"
         return (need, how) if how else None
 
     def check_before(self, config: TrialConfig) -> str | None:

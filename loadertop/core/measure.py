@@ -91,9 +91,6 @@ class Measurement:
         self.first_batch_s = 0.0
         self.crossings: list[float] = []  # epoch boundaries crossed on the way: wait for the next epoch's first batch
         self.on_new_workers: Callable[[list[int]], None] | None = None
-        # In a short epoch the boundary is part of the steady state; in a long one it is an outlier.
-        # An epoch is short if it is under 50 batches, or if two blocks in a row crossed a boundary.
-        self.short_epoch = _length(loader) < 50
         self.skip = warmup_batches(config, settings.skip_warmup)
 
     def start(self) -> list[int]:
@@ -152,38 +149,55 @@ class Measurement:
         if seconds is not None:
             self.deadline = time.perf_counter() + seconds
         thaw = self.thaw
-        short_epoch = self.short_epoch
-        crossed_last_block = False
+        # A trial starts at an epoch's start, so an epoch that ends within it is shorter than a trial: training
+        # pays its boundary (workers stopped and started, the prefetch buffer refilled) every few seconds, and a
+        # rate read between boundaries reads the refilled buffer draining. Then blocks are whole epochs, from the
+        # first batch of one to the first of the next, boundary included. The warm-up may already have crossed
+        # one: the first block then runs from mid-epoch to the next boundary and only aligns the blocks.
+        whole_epochs = bool(self.crossings)
+        align = whole_epochs
         # Workers deliver in round-robin bursts; blocks of whole rounds keep burst phase out of the spread.
         cycle = max(1, config.num_workers)
         rates: list[float] = []
         wait_total = step_total = 0.0
         measured_batches = measured_samples = 0
         stable = False
+        opening = not align  # the next block opens the steady window (the probes' CPU and memory figures)
         while True:
+            if opening:
+                emit({"type": "measuring"})
+                opening = False
             block_start = time.perf_counter()
             batches = samples = 0
             wait = step = 0.0
-            tainted = thaw.take()
-            crossed_this_block = False
+            tainted, opening, align = thaw.take() or align, align, False
             while True:
                 t0 = time.perf_counter()
                 batch, crossed = self.next_batch()
                 t1 = time.perf_counter()
                 self.consumer(batch)
                 t2 = time.perf_counter()
-                crossed_this_block |= crossed
-                if crossed and crossed_last_block:
-                    short_epoch = True
-                tainted |= crossed and not short_epoch
                 wait += t1 - t0
                 step += t2 - t1
                 batches += 1
                 samples += batch_size_of(batch, config.batch_size)
-                if t2 - block_start >= settings.block_seconds and batches >= 2 and batches % cycle == 0:
+                if crossed and not whole_epochs:
+                    # The first boundary: what was measured inside the first epoch is dropped, and blocks
+                    # from here on are whole epochs.
+                    whole_epochs, tainted, opening = True, True, True
+                    rates.clear()
+                    wait_total = step_total = 0.0
+                    measured_batches = measured_samples = 0
+                    break
+                if whole_epochs:
+                    if crossed and t2 - block_start >= settings.block_seconds:
+                        break
+                    if rates and t2 >= self.deadline:  # out of time mid-epoch: the whole epochs measured stand
+                        tainted = True
+                        break
+                elif t2 - block_start >= settings.block_seconds and batches >= 2 and batches % cycle == 0:
                     break
             elapsed = time.perf_counter() - block_start
-            crossed_last_block = crossed_this_block
             if thaw.take():
                 tainted = True
                 self.deadline += elapsed  # the pause is not the trial's time
@@ -226,12 +240,13 @@ class Measurement:
             "type": "finished",
             "batches_per_s": batches_per_s,
             "samples_per_s": batches_per_s * samples_per_batch,
-            "spread": spread(window),
+            "spread": spread(window) if len(window) >= 2 else None,  # one block says nothing of its spread
             "first_batch_s": self.first_batch_s,
             "stall_fraction": wait_total / max(wait_total + step_total, 1e-12),
             "blocks": len(rates),
             "measured_s": time.perf_counter() - self.started - self.first_batch_s,
             "warmup_batches": self.skip,
+            "epoch_batches": _length(self.loader) if whole_epochs and _length(self.loader) < 1 << 30 else None,
             "stable": stable,
             "epoch_restart_s": statistics.median(self.crossings) if self.crossings else None,
         }

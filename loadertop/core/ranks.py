@@ -75,7 +75,7 @@ def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
         **first,
         "batches_per_s": sum(r["batches_per_s"] for r in results),
         "samples_per_s": sum(r["samples_per_s"] for r in results),
-        "spread": max(r["spread"] for r in results),
+        "spread": max((r["spread"] for r in results if r["spread"] is not None), default=None),
         "first_batch_s": max(r["first_batch_s"] for r in results),
         "stall_fraction": statistics.fmean(r["stall_fraction"] for r in results),
         "blocks": min(r["blocks"] for r in results),

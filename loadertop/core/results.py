@@ -81,6 +81,9 @@ class TrialResult:
     # The epoch boundary: from the last batch of an epoch to the first of the next (worker restart unless
     # persistent_workers); measured by ending an epoch early after the steady window. None if it could not be.
     epoch_restart_s: float | None = None
+    # Set when the epoch was shorter than the trial: blocks were then whole epochs of this many batches, each
+    # boundary included (the throughput training sees); None when the blocks ran inside one epoch.
+    epoch_batches: int | None = None
     fraction_of_ceiling: float | None = None  # samples/s ÷ the consumer's ceiling; None when there is no ceiling
     repeat_of: int | None = None  # index of the first trial of the same configuration (a finalist re-measured)
     ranks: int = 1  # loader replicas measured at once (--ranks); rates above are their sum

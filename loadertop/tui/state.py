@@ -132,7 +132,8 @@ class Row:
     """One configuration in the results table."""
 
     config: TrialConfig
-    status: str = "pending"  # pending | queued | running | ok | failed | skipped | interrupted | not run
+    # pending | queued | running | ok | failed | skipped | interrupted | not run | not needed
+    status: str = "pending"
     result: TrialResult | None = None
     baseline: TrialResult | None = None  # the same configuration in the run this one is compared with
     runs: list[TrialResult] = field(default_factory=list)  # this sweep's measurements (finalists are repeated)
@@ -416,7 +417,7 @@ class SweepState:
             if row.result is None or row.status in ("queued", "running", "pending"):
                 row.result, row.status = trial, trial.status
         for row in self.rows:
-            self._settle(row)
+            self._settle(row, complete=not result.interrupted)
         if self.only and self.result is not None:
             self.result = self._merged(self.result, result)
         else:
@@ -449,12 +450,13 @@ class SweepState:
             wall_s=rerun.wall_s,
         )
 
-    def _settle(self, row: Row) -> None:
-        """A row the sweep never got to (or cut short) goes back to what it showed, or says so."""
+    def _settle(self, row: Row, complete: bool = False) -> None:
+        """A row the sweep never got to (or cut short) goes back to what it showed, or says so. In a sweep that
+        ran to its end, a planned row left pending is a rung the adaptive search found it did not need."""
         if row.status == "queued" and row._before_rerun is not None:
             row.status, row.baseline = row._before_rerun
         elif row.status == "pending":
-            row.status = "not run"
+            row.status = "not needed" if complete else "not run"
         elif row.status == "running":
             row.status = "interrupted"
         row._before_rerun = None

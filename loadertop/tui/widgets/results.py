@@ -51,6 +51,8 @@ def status_text(row: Row) -> str:
         return "running…"
     if row.status == "queued":
         return "rerun queued"
+    if row.status == "not needed":
+        return "not needed: the search settled before it"
     parts = [row.status]
     if row.status == "ok" and result is not None:
         if len(row.runs) > 1:
@@ -127,7 +129,7 @@ class ResultsTable(DataTable):
         base = Style()
         if recommended:
             base = Style.parse(f"bold {theme.get('success', 'green')}")
-        elif row.status in ("pending", "not run", "queued"):
+        elif row.status in ("pending", "not run", "not needed", "queued"):
             base = Style(dim=True)
         elif row.status == "running":
             base = Style(italic=True)
