@@ -12,6 +12,7 @@ The runner exits, killing the running trial, when stdin closes (the driver is go
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import select
@@ -43,6 +44,11 @@ def main() -> int:
     prefer_oom_kill()  # inherited by trials and workers: if the kernel must kill, it kills us, not a training job
 
     import torch  # noqa: F401  (paid once here, inherited by every trial)
+
+    # Importing torch leaves a large debt of uncollected objects; forked with it, a worker soon runs a full
+    # collection that touches, and so copies, every page of the heap it inherited: 51 MB of USS per worker here
+    # instead of 14. That copy is our import's, not the user's dataset's, so collect once before any fork.
+    gc.collect()
 
     emit({"type": "ready", "pid": os.getpid()})
     child: int | None = None
