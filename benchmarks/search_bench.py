@@ -508,6 +508,12 @@ def main() -> int:
     p.add_argument("--out", default=str(HERE / "RESULTS.md"))
     p.add_argument("--json", default=str(HERE / "search_results.json"))
     p.add_argument("--report-only", metavar="JSON", help="rewrite the report from a saved JSON, measuring nothing")
+    p.add_argument(
+        "--grid-from",
+        metavar="JSON",
+        help="take each workload's grid and plain loop from a saved JSON (same machine, same workloads) and measure "
+        "only the adaptive search and the head-to-head: for re-checking a search change without 30 minutes of grid",
+    )
     args = p.parse_args()
     if args.report_only:
         return report_only(Path(args.report_only), args)
@@ -518,6 +524,7 @@ def main() -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     t0 = time.monotonic()
     runs: list[dict[str, Any]] = []
+    saved = saved_grids(Path(args.grid_from)) if args.grid_from else {}
     with tempfile.TemporaryDirectory(prefix="loadertop-bench-") as tmp:
         images = Path(tmp) / "images"
         for w in WORKLOADS:
@@ -538,10 +545,14 @@ def main() -> int:
             )
             print(f"== {w.title}: adaptive", flush=True)
             adaptive = run_sweep(Settings(search="adaptive", **common), Path(tmp) / "runs")
-            print(f"== {w.title}: grid 0..{args.max_workers}", flush=True)
-            grid = run_sweep(Settings(search="grid", **common), Path(tmp) / "runs")
-            print(f"== {w.title}: plain loop 1..{args.max_workers}", flush=True)
-            naive = naive_loop(spec, w.batch_size, args.max_workers)
+            if w.key in saved:
+                print(f"== {w.title}: grid and plain loop from {args.grid_from}", flush=True)
+                grid, naive = saved[w.key]
+            else:
+                print(f"== {w.title}: grid 0..{args.max_workers}", flush=True)
+                grid = run_sweep(Settings(search="grid", **common), Path(tmp) / "runs")
+                print(f"== {w.title}: plain loop 1..{args.max_workers}", flush=True)
+                naive = naive_loop(spec, w.batch_size, args.max_workers)
             print(f"== {w.title}: head-to-head", flush=True)
             h2h = head_to_head(Settings(search="grid", **common), adaptive, grid, Path(tmp) / "runs")
             run = {
@@ -594,6 +605,17 @@ def save(runs: list[dict[str, Any]], machine: Any, started: str, t0: float, args
     }
     Path(args.json).write_text(json.dumps(raw, indent=1) + "\n")
     Path(args.out).write_text(report(facts, runs, args))
+
+
+def saved_grids(path: Path) -> dict[str, tuple[Timed, dict[str, Any]]]:
+    """Each workload's grid (as measured then) and plain loop from a saved JSON."""
+    raw = json.loads(path.read_text())
+    out = {}
+    for item in raw["runs"]:
+        g = item["grid"]
+        timed = Timed(SweepResult.from_dict(g), g["bench_wall_s"], g["trial_s"], [], tuple(g["load"]))
+        out[item["score"]["workload"]] = (timed, item["naive"])
+    return out
 
 
 def report_only(path: Path, args: argparse.Namespace) -> int:

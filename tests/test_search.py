@@ -201,6 +201,29 @@ def test_usl_moves_the_next_rung_to_its_predicted_peak():
     assert planner.usl is not None and planner.usl.peak_workers == pytest.approx(5.7, abs=0.1)
 
 
+def test_a_peak_between_the_best_rung_and_a_slower_one_above_is_found():
+    # The image pipeline on 2 cores, as measured: 2 workers 386/s, 3 workers 404/s, 4 workers 345/s. The ladder
+    # 0, 1, 2, 4 skips 3; 4 is slower beyond the noise, so the peak lies between 2 and 4.
+    measured = {0: 202.0, 1: 246.0, 2: 386.0, 3: 420.0, 4: 345.0}
+
+    planner = AdaptivePlanner(settings())
+    trials = drive(planner, lambda config, run: measured.get(config.num_workers, 300.0))
+    counts = workers(trials)
+    assert counts[:5] == [0, 1, 2, 4, 3]
+    _, rec = analyze(trials, planner.settings, machine())
+    assert rec is not None and rec.config.num_workers == 3
+    refine = [s for s in planner.trace if "the peak may lie between them" in s.message]
+    assert [s.config for s in refine] == [trials[4].config.label()]
+
+
+def test_a_flat_rung_above_the_best_is_not_bisected():
+    # 4 workers within noise of 2: nothing between them can beat 2 by more than the noise.
+    measured = {0: 200.0, 1: 250.0, 2: 480.0, 4: 470.0}
+    planner = AdaptivePlanner(settings())
+    counts = workers(drive(planner, lambda config, run: measured.get(config.num_workers, 460.0)))
+    assert 3 not in counts
+
+
 def test_first_value_of_other_knobs_climbs_then_other_knobs_are_tried_at_the_choice():
     planner = AdaptivePlanner(settings(batch_sizes=(32, 64), pin_memory=(False, True)))
 

@@ -13,8 +13,8 @@ The adaptive search, in order:
    The USL fitted to the rungs so far may move the next rung closer: to its predicted peak N*, or to where it
    predicts the ceiling is reached, when that comes before the next doubling;
 2. refine by bisection between the cheapest rung within noise of the best and the rung below it (the answer,
-   "cheapest within the noise band of the best", lies between them); one more look above the best rung only
-   when the USL predicts a higher peak there;
+   "cheapest within the noise band of the best", lies between them); then between the best rung and the rung
+   above it when that one was slower beyond the noise (the peak lies between them: 2 → 4 skips 3);
 3. only then try the other knobs' values (batch size, prefetch, pin_memory, ...) one at a time at the choice;
 4. measure the finalists again (the choice and its closest rival) so the decision rests on two runs each.
 """
@@ -300,30 +300,38 @@ class AdaptivePlanner:
         return min(between, key=lambda m: (abs(m - target), m)), why
 
     def _refine_above(self) -> Iterator[TrialConfig]:
-        """One look between the best rung and the rung above it, only when the USL predicts a higher peak there."""
-        fit = self._fit()
-        curve = self._curve()
-        chosen = choose(curve, self.tol)
-        if fit is None or not trusted(fit) or chosen is None or fit.peak_workers is None:
-            return
-        best = chosen[0]
-        b = best.config.num_workers
-        upper = [r.config.num_workers for r in curve if r.config.num_workers > b]
-        if not upper:
-            return
-        h = min(upper)
-        peak = fit.peak_workers
-        between = [m for m in self.counts if b < m < h and not self._measured(self._at(m))]
-        if not between or not b < peak < h or fit.predict(peak) <= _sps(best) * (1.0 + self.tol):
-            return
-        m = min(between, key=lambda v: abs(v - peak))
-        self._note(
-            "refine",
-            f"USL predicts a peak of {fit.predict(peak):.0f} samples/s at N*={peak:.1f}, above the best rung: trying "
-            f"{_w(m)}",
-            self._at(m).label(),
-        )
-        yield self._at(m)
+        """Between the best rung and the first rung above it, when that one was slower beyond the noise: a curve
+        that rose and then fell peaks somewhere between them (2 → 4 workers skips 3). Bisect toward the best, at
+        the USL's predicted peak when it trusts one there."""
+        for _ in range(MAX_REFINE):
+            curve = self._curve()
+            chosen = choose(curve, self.tol)
+            if chosen is None:
+                return
+            best = chosen[0]
+            b = best.config.num_workers
+            above = [r for r in curve if r.config.num_workers > b]
+            if not above:
+                return
+            h = min(above, key=lambda r: r.config.num_workers)
+            n_h = h.config.num_workers
+            between = [m for m in self.counts if b < m < n_h and not self._measured(self._at(m))]
+            if not between or n_h - b <= REFINE_PRECISION * b:
+                return
+            if _sps(h) >= _sps(best) * (1.0 - noise_band(h, best, self.tol)):
+                return  # flat above the best: nothing between them can beat it by more than the noise
+            fit = self._fit()
+            target, why = (b + n_h) / 2, "bisect at"
+            if fit is not None and trusted(fit) and fit.peak_workers is not None and b < fit.peak_workers < n_h:
+                target, why = fit.peak_workers, f"the USL puts the peak at N*={fit.peak_workers:.1f}: try"
+            m = min(between, key=lambda v: (abs(v - target), v))
+            self._note(
+                "refine",
+                f"{_w(b)} is the best rung ({_sps(best):.0f} samples/s) and {_w(n_h)} was slower "
+                f"({_sps(h):.0f}): the peak may lie between them; {why} {_w(m)}",
+                self._at(m).label(),
+            )
+            yield self._at(m)
 
     # -- 3. other knobs -------------------------------------------------------------------------------------
 
