@@ -52,7 +52,7 @@ def status_text(row: Row) -> str:
     if row.status == "queued":
         return "rerun queued"
     if row.status == "not needed":
-        return "not needed: the search settled before it"
+        return "not needed (search settled)"
     parts = [row.status]
     if row.status == "ok" and result is not None:
         if len(row.runs) > 1:
