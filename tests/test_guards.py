@@ -155,6 +155,20 @@ def test_after_a_stop_more_workers_are_skipped_and_fewer_are_predicted_from_what
     assert need == pytest.approx(3 * 6100 / 4)
 
 
+def test_a_bigger_batch_or_prefetch_predicts_a_bigger_worker(world: tuple[Scripted, MemoryGuard]) -> None:
+    _, guard = world
+    guard.arm(0, W2)  # batch 32, prefetch 2: a worker holds 3 batches of 10 MiB
+    guard.note_batch(10.0)
+    guard.observe(sample(0, 9000, workers_uss=(90, 100), pss=400))  # main 400 - 190 = 210
+    guard.disarm()
+    need, how = guard.predict_mb(W2) or (0, "")
+    assert need == 210 + 2 * 100 and how == "main 210 MiB + 2 × 100 MiB per worker"  # as measured
+    need, how = guard.predict_mb(TrialConfig(2, 128, 4, start_method="fork")) or (0, "")
+    # base 100 - 3 × 10 = 70, then 5 batches of 128 × 10/32 = 40 MiB each
+    assert need == 210 + 2 * (70 + 5 * 40)
+    assert how == "main 210 MiB + 2 × 270 MiB per worker (70 + 5 batches of 40.0 MiB)"
+
+
 def test_with_ranks_the_prediction_counts_every_rank() -> None:
     w = Scripted(free=10_000)
     guard = MemoryGuard(4000, w.kill, read_free=lambda: w.free, clock=lambda: w.now, ranks=2)

@@ -489,6 +489,7 @@ class Sweep:
                     rank_pids = tuple(message.get("rank_pids", rank_pids))
                     probes_watch(index, pid, rank_pids + worker_pids)
                     last_what = "got the first batch"
+                    self.guard.note_batch(message.get("batch_mb"))
                     assert pid is not None
                     self._emit(TrialStarted(index, total, config, pid, worker_pids, float(message["first_batch_s"])))
                 elif kind == "measuring" or (kind == "block" and self._window is None):

@@ -231,6 +231,12 @@ class MemoryGuard:
         self._main_no_workers: float | None = None  # main-process PSS with 0 workers (it does the loading)
         self._main_with_workers: float | None = None
         self._per_worker: float | None = None  # peak USS of one worker
+        # A worker holds prefetch_factor batches in flight and builds one more: with the batch's size known, its
+        # peak splits into a base and those batches, so a bigger batch or prefetch predicts a bigger worker.
+        self._worker_base: float | None = None
+        self._sample_mb: float | None = None  # MiB per sample of a batch (its tensors and arrays)
+        self._config: TrialConfig | None = None
+        self._batch_mb: float | None = None
         self._stopped_workers: list[int] = []  # worker counts of trials the guard stopped
         self._stopped_per_process = 0.0  # memory those trials took per process before they were stopped
 
@@ -261,11 +267,16 @@ class MemoryGuard:
         """A trial process exists: watch it until `disarm`."""
         free = self._read_free()
         with self._lock:
-            self._index, self._workers = index, config.num_workers
+            self._index, self._workers, self._config, self._batch_mb = index, config.num_workers, config, None
             self._free_before = self._lowest = free
             self._last, self._why = None, None
             self._main_peak = self._worker_peak = None
         self._armed.set()
+
+    def note_batch(self, mb: float | None) -> None:
+        """The running trial's first batch holds `mb` MiB of tensors (the trial reports it with its first batch)."""
+        with self._lock:
+            self._batch_mb = mb if mb and mb > 0 else None
 
     @property
     def tripped(self) -> bool:
@@ -283,6 +294,11 @@ class MemoryGuard:
             else:
                 self._main_with_workers = _max(self._main_with_workers, self._main_peak)
                 self._per_worker = _max(self._per_worker, self._worker_peak)
+                config = self._config
+                if self._batch_mb is not None and self._worker_peak is not None and config is not None:
+                    in_flight = _in_flight(config) * self._batch_mb
+                    self._worker_base = _max(self._worker_base, max(0.0, self._worker_peak - in_flight))
+                    self._sample_mb = _max(self._sample_mb, self._batch_mb / config.batch_size)
             if seen.stopped:
                 self._stopped_workers.append(self._workers)
                 taken = max(0.0, seen.free_before_mb - seen.lowest_mb) / (self.ranks * (self._workers + 1))
@@ -342,6 +358,7 @@ class MemoryGuard:
         n = config.num_workers
         with self._lock:
             main0, main_n, worker = self._main_no_workers, self._main_with_workers, self._per_worker
+            base, sample = self._worker_base, self._sample_mb
             stopped = self._stopped_per_process
         if n == 0:
             if main0 is not None:
@@ -354,10 +371,16 @@ class MemoryGuard:
             main = main_n if main_n is not None else main0
             # Before any trial with workers, a worker is assumed to hold what the lone main process held.
             per = worker if worker is not None else main0
+            split = ""
+            if base is not None and sample is not None:
+                scaled = base + _in_flight(config) * sample * config.batch_size
+                if per is None or abs(scaled - per) >= 1.0:  # another batch size or prefetch than measured: say how
+                    split = f" ({base:,.0f} + {_in_flight(config)} batches of {sample * config.batch_size:,.1f} MiB)"
+                per = scaled
             if main is None or per is None:
                 need, how = 0.0, ""
             else:
-                need, how = main + n * per, f"main {main:,.0f} MiB + {n} × {per:,.0f} MiB per worker"
+                need, how = main + n * per, f"main {main:,.0f} MiB + {n} × {per:,.0f} MiB per worker{split}"
         if how and self.ranks > 1:
             need, how = self.ranks * need, f"{self.ranks} ranks × ({how})"
         processes = self.ranks * (n + 1)
@@ -390,6 +413,11 @@ class MemoryGuard:
                 f"{free:,.0f} MiB free, below the floor {self.floor_mb:,.0f} MiB (--mem-floor)"
             )
         return None
+
+
+def _in_flight(config: TrialConfig) -> int:
+    """Batches a worker holds at once: prefetch_factor queued and one being built."""
+    return (config.prefetch_factor or 2) + 1
 
 
 def _max(a: float | None, b: float | None) -> float | None:

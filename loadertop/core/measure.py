@@ -49,6 +49,16 @@ def batch_size_of(batch: Any, default: int) -> int:
     return int(shape[0]) if shape else default
 
 
+def batch_mb(batch: Any) -> float:
+    """MiB of the tensors and arrays in a batch: what each batch in flight holds (in shared memory, from workers)."""
+    if isinstance(batch, dict):
+        return sum(batch_mb(v) for v in batch.values())
+    if isinstance(batch, list | tuple):
+        return sum(batch_mb(v) for v in batch)
+    nbytes = getattr(batch, "nbytes", None)
+    return nbytes / 2**20 if isinstance(nbytes, int) else 0.0
+
+
 class _ThawFlag:
     """Set by SIGCONT (the driver paused and resumed the trial): the block in progress is discarded."""
 
@@ -89,6 +99,7 @@ class Measurement:
         self.started = 0.0
         self.deadline = 0.0
         self.first_batch_s = 0.0
+        self.batch_mb = 0.0
         self.crossings: list[float] = []  # epoch boundaries crossed on the way: wait for the next epoch's first batch
         self.on_new_workers: Callable[[list[int]], None] | None = None
         self.skip = warmup_batches(config, settings.skip_warmup)
@@ -108,6 +119,7 @@ class Measurement:
         batch = next(self.it)
         now = time.perf_counter()
         self.first_batch_s = now - self.started
+        self.batch_mb = batch_mb(batch)
         # The time budget starts here: start-up is reported apart (first_batch_s), and a spawn start that takes
         # seconds must not leave the trial a single block to measure.
         self.deadline = now + self.settings.trial_seconds
@@ -281,7 +293,7 @@ def measure(
     m.on_new_workers = lambda pids: emit({"type": "workers", "worker_pids": pids})
     emit({"type": "workers", "worker_pids": m.start()})
     first = m.first_batch()
-    emit({"type": "started", "worker_pids": m.worker_pids(), "first_batch_s": first})
+    emit({"type": "started", "worker_pids": m.worker_pids(), "first_batch_s": first, "batch_mb": m.batch_mb})
     warning = m.warm_up()
     if warning:
         emit({"type": "notice", "level": "warning", "message": warning})

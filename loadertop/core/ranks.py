@@ -174,7 +174,8 @@ def _rank_main(
         ranks = [r["pid"] for r in every[1:]]
         emit({"type": "workers", "worker_pids": workers, "rank_pids": ranks})
         first = m.first_batch()
-        emit({"type": "started", "worker_pids": workers, "rank_pids": ranks, "first_batch_s": first})
+        emit({"type": "started", "worker_pids": workers, "rank_pids": ranks, "first_batch_s": first,
+              "batch_mb": m.batch_mb})  # fmt: skip
         warning = m.warm_up()
         if warning:
             emit({"type": "notice", "level": "warning", "message": f"rank {rank}: {warning}"})
