@@ -428,3 +428,12 @@ def test_epoch_bound_reason_when_the_boundary_takes_a_large_share_of_short_epoch
     # Persistent workers already: the boundary is named, with no advice to repeat.
     kept = replace(t, config=replace(t.config, persistent_workers=True))
     assert trial_reason(kept, machine(), None).endswith("25% of its time)")
+
+
+def test_zero_workers_at_the_ceiling_say_workers_cannot_help():
+    t = replace(trial(0, 0, 507.0, stall=0.05), fraction_of_ceiling=507.0 / 531.0)
+    _, rec = analyze([t], SETTINGS, machine())
+    assert rec is not None and rec.reason == (
+        "consumer-bound: 0 workers already deliver 95% of the 531 samples/s the training step can take (its "
+        "ceiling): workers cannot make it faster"
+    )

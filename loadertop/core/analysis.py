@@ -320,6 +320,12 @@ def _recommendation_reason(
     if nw == 0:
         with_workers = [t for t in ok if t.config.num_workers > 0]
         if not with_workers:
+            share = rec.fraction_of_ceiling
+            if share is not None and share >= 1.0 - band:
+                return (
+                    f"consumer-bound: 0 workers already deliver {_pct(share)} of the {_sps(rec) / share:.0f} "
+                    "samples/s the training step can take (its ceiling): workers cannot make it faster"
+                )
             return f"only 0 workers measured ({_sps(rec):.0f} samples/s); try a --workers range"
         top = max(with_workers, key=_sps)
         if _sps(rec) >= _sps(top):
