@@ -284,10 +284,7 @@ async def test_e_exports_into_the_run_folder_with_the_engine_writers(
 
 
 @sync
-async def test_e_falls_back_to_local_writers_and_works_mid_sweep(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "loadertop.core.export", None)  # import fails
+async def test_e_works_mid_sweep(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=3)
     app = make_app(SETTINGS, sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:

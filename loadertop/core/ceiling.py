@@ -69,7 +69,7 @@ def ceiling_main(request: dict[str, Any], emit: Emit) -> int:
         from torch.utils.data import DataLoader
 
         from loadertop.core.consumer import Consumer, make_consumer
-        from loadertop.core.measure import batch_size_of
+        from loadertop.core.sharding import batch_rows
         from loadertop.core.spec import load_dataset
 
         settings = Settings.from_dict(request["settings"])
@@ -90,7 +90,7 @@ def ceiling_main(request: dict[str, Any], emit: Emit) -> int:
                 {
                     "type": "ceiling",
                     "batch_size": bs,
-                    "samples_per_s": rate * batch_size_of(batch, bs),
+                    "samples_per_s": rate * batch_rows(batch, bs),
                     "spread": spread,
                     "note": f"consumer alone on a cached batch: {what} per batch",
                 }

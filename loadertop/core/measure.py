@@ -15,7 +15,7 @@ from typing import Any
 from loadertop.core.config import Settings, TrialConfig
 from loadertop.core.consumer import Consumer  # noqa: F401  (its old home: importers of measure.Consumer)
 from loadertop.core.loader import EpochControl
-from loadertop.core.sharding import ShardCheck
+from loadertop.core.sharding import ShardCheck, batch_rows
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -36,17 +36,6 @@ def warmup_batches(config: TrialConfig, skip: bool) -> int:
     if config.num_workers == 0:
         return 1
     return (config.prefetch_factor or 2) * config.num_workers + config.num_workers
-
-
-def batch_size_of(batch: Any, default: int) -> int:
-    """Samples in a batch: the leading dimension of its first tensor (a custom collate may differ)."""
-    first = batch
-    while isinstance(first, list | tuple) and first:
-        first = first[0]
-    if isinstance(first, dict) and first:
-        first = next(iter(first.values()))
-    shape = getattr(first, "shape", None)
-    return int(shape[0]) if shape else default
 
 
 def batch_mb(batch: Any) -> float:
@@ -192,7 +181,7 @@ class Measurement:
                 wait += t1 - t0
                 step += t2 - t1
                 batches += 1
-                samples += batch_size_of(batch, config.batch_size)
+                samples += batch_rows(batch, config.batch_size)
                 if crossed and not whole_epochs:
                     # The first boundary: what was measured inside the first epoch is dropped, and blocks
                     # from here on are whole epochs.

@@ -43,15 +43,16 @@ def _row_bytes(leaf: Any, i: int) -> bytes:
     return repr(leaf[i]).encode()
 
 
-def batch_rows(batch: Any) -> int:
-    """Samples in a batch: the leading dimension of its first tensor, else 1 (a whole item)."""
+def batch_rows(batch: Any, default: int = 1) -> int:
+    """Samples in a batch: the leading dimension of its first tensor, else `default` (1: a whole item; a custom
+    collate may build something without a leading dimension)."""
     first = batch
     while isinstance(first, list | tuple) and first:
         first = first[0]
     if isinstance(first, dict) and first:
         first = next(iter(first.values()))
     shape = getattr(first, "shape", None)
-    return int(shape[0]) if shape else 1
+    return int(shape[0]) if shape else default
 
 
 def sample_fingerprints(batch: Any) -> list[bytes]:
