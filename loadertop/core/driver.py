@@ -471,6 +471,12 @@ class Sweep:
                     break
                 kind = message.get("type")
                 last_activity = time.monotonic()
+                if kind == "measuring" or (kind == "block" and self._window is None):
+                    # The steady window opens with the first measured block (again, when the trial finds its
+                    # epochs short and starts over with whole-epoch blocks).
+                    self._window = []
+                    if self._probes is not None:
+                        self._probes.refresh_memory()  # so even a short window has a USS/PSS reading
                 if kind == "forked":
                     pid = message["pid"]
                     with self._lock:
@@ -492,13 +498,7 @@ class Sweep:
                     self.guard.note_batch(message.get("batch_mb"))
                     assert pid is not None
                     self._emit(TrialStarted(index, total, config, pid, worker_pids, float(message["first_batch_s"])))
-                elif kind == "measuring" or (kind == "block" and self._window is None):
-                    # The steady window opens with the first measured block (again, when the trial finds its
-                    # epochs short and starts over with whole-epoch blocks).
-                    self._window = []
-                    if self._probes is not None:
-                        self._probes.refresh_memory()  # so even a short window has a USS/PSS reading
-                if kind == "block":
+                elif kind == "block":
                     last_what = f"measured block {message['block']}"
                     self._emit(
                         TrialProgress(
