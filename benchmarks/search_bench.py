@@ -41,14 +41,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.analysis import BAND_CAP, analyze
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.driver import Sweep
-from loadertop.core.events import Notice, SweepStarted, TrialFinished
-from loadertop.core.gpu import GpuProbe
-from loadertop.core.machine import machine_info
-from loadertop.core.results import SweepResult, TrialResult
-from loadertop.core.search import AdaptivePlanner
+from loadertop.core.engine.analysis import BAND_CAP, analyze
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.search import AdaptivePlanner
+from loadertop.core.machine.facts import machine_info
+from loadertop.core.machine.gpu import GpuProbe
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import Notice, SweepStarted, TrialFinished
+from loadertop.core.model.results import SweepResult, TrialResult
 
 HERE = Path(__file__).resolve().parent
 NAIVE_BATCHES_PER_EPOCH = 20
@@ -154,7 +154,7 @@ def naive_loop(spec: str, batch_size: int, max_workers: int) -> dict[str, Any]:
 def _naive_main(spec: str, batch_size: int, max_workers: int) -> None:
     import torch.utils.data as tud
 
-    from loadertop.core.spec import load_dataset
+    from loadertop.core.datasets.spec import load_dataset
 
     dataset, extra = load_dataset(spec, {})
     n = min(len(dataset), NAIVE_BATCHES_PER_EPOCH * batch_size)

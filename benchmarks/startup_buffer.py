@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from loadertop.core.config import Settings
-from loadertop.core.driver import Sweep
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.model.config import Settings
 
 SPEC = "synthetic:io_ms=40,cpu_ms=0.2,kb=16"  # each worker: 25 samples/s, almost all of it waiting
 
@@ -27,7 +27,7 @@ def naive_loop(workers: int, batches: int, first_step_s: float = 0.0, batch_size
     """samples/s over `batches` batches after the first, like `for batch in loader` with a stopwatch."""
     import torch.utils.data as tud
 
-    from loadertop.core.spec import load_dataset
+    from loadertop.core.datasets.spec import load_dataset
 
     dataset, _ = load_dataset(SPEC)
     loader = tud.DataLoader(dataset, batch_size=batch_size, num_workers=workers, prefetch_factor=2)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import argparse
 
-from loadertop.core.config import Settings
-from loadertop.core.driver import Sweep
-from loadertop.core.events import ProbeSample
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.model.config import Settings
+from loadertop.core.model.events import ProbeSample
 
 
 def main() -> None:

@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from loadertop.core.api import sweep as sweep
+    from loadertop.core.engine import sweep as sweep
 
 
 def __getattr__(name: str) -> Any:
     # `import loadertop` stays cheap (the CLI's --help must not pay for torch).
     if name == "sweep":
-        from loadertop.core.api import sweep
+        from loadertop.core.engine import sweep
 
         return sweep
     raise AttributeError(name)

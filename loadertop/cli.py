@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from loadertop import __version__
-from loadertop.core.config import (
+from loadertop.core.model.config import (
     Settings,
     UsageError,
     parse_bool_list,
@@ -20,7 +20,7 @@ from loadertop.core.config import (
     parse_start_methods,
     parse_workers,
 )
-from loadertop.core.results import SweepResult, TrialResult
+from loadertop.core.model.results import SweepResult, TrialResult
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -111,7 +111,7 @@ def build_parser() -> Parser:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from loadertop.core.machine import usable_cpus
+    from loadertop.core.machine.facts import usable_cpus
 
     for name in ("step_ms", "trial_seconds", "trial_timeout", "interval", "tolerance"):
         value = getattr(args, name)
@@ -125,7 +125,7 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         raise UsageError(f"--ranks {args.ranks}: from 1 to 64 ranks")
     if args.consumer and args.step_ms:
         raise UsageError("--consumer runs your own step; drop --step-ms (it emulates one)")
-    from loadertop.core.guards import memory_total_mb, parse_mem_floor
+    from loadertop.core.machine.guards import memory_total_mb, parse_mem_floor
 
     parse_mem_floor(args.mem_floor, memory_total_mb())  # one line now rather than a traceback later
     dataset_args = []
@@ -186,7 +186,7 @@ def runs_from_args(
     args: argparse.Namespace, settings: Settings, headless: bool
 ) -> tuple[SweepResult | None, list[TrialResult]]:
     """`--compare RUN` as a SweepResult and `--resume RUN` as its finished trials; UsageError when unusable."""
-    from loadertop.core.runfolder import read_run, read_settings, read_trials_strict
+    from loadertop.core.engine import read_run, read_settings, read_trials_strict
 
     if args.resume is not None and not headless:
         raise UsageError("--resume works with --headless (the TUI cannot resume a run yet)")

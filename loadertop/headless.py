@@ -20,9 +20,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loadertop.core.config import Settings
-from loadertop.core.driver import Sweep
-from loadertop.core.events import (
+from loadertop.core.engine import HEADERS, RSS_FOOTNOTE, Sweep, marks, num, pct, trial_cells
+from loadertop.core.engine.export import write_csv, write_json
+from loadertop.core.model.config import Settings
+from loadertop.core.model.events import (
     Event,
     Notice,
     ProbeSample,
@@ -31,9 +32,7 @@ from loadertop.core.events import (
     TrialFinished,
     TrialProgress,
 )
-from loadertop.core.export import write_csv, write_json
-from loadertop.core.results import SweepResult, TrialResult
-from loadertop.core.table import HEADERS, RSS_FOOTNOTE, marks, num, pct, trial_cells
+from loadertop.core.model.results import SweepResult, TrialResult
 
 EXIT_INTERRUPTED = 130
 EXIT_USAGE = 2

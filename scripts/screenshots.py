@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from textual.pilot import Pilot  # noqa: E402
 
-from loadertop.core.config import Settings  # noqa: E402
+from loadertop.core.model.config import Settings  # noqa: E402
 from loadertop.tui.app import LoadertopApp, make_app  # noqa: E402
 
 SIZES = ((120, 40), (80, 24))

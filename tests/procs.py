@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psutil
 
-from loadertop.core.events import Event, ProbeSample, TrialStarted
+from loadertop.core.model.events import Event, ProbeSample, TrialStarted
 
 FAULTS = str(Path(__file__).with_name("fault_datasets.py"))
 

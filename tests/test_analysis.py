@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from loadertop.core.analysis import analyze, noise_band, snippet, trial_reason
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.results import Knee, MachineInfo, TrialResult
+from loadertop.core.engine.analysis import analyze, noise_band, snippet, trial_reason
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.results import Knee, MachineInfo, TrialResult
 
 SETTINGS = Settings(start_methods=("fork",), tolerance=0.05)
 
@@ -397,7 +397,7 @@ def test_trial_reason_failed_and_skipped_show_error():
 
 def test_analysis_imports_no_ui_or_torch():
     code = (
-        "import sys, loadertop.core.analysis; "
+        "import sys, loadertop.core.engine.analysis; "
         "bad = [m for m in ('torch', 'textual', 'rich', 'plotext') if m in sys.modules]; "
         "print(','.join(bad))"
     )

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import Dataset
 
 import loadertop
-from loadertop.core.results import SweepResult
+from loadertop.core.model.results import SweepResult
 
 FAST = dict(trial_seconds=1.5, block_seconds=0.15)
 

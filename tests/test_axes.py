@@ -14,11 +14,11 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
 
-from loadertop.core.analysis import snippet
-from loadertop.core.config import Settings, TrialConfig, default_start_method, zero_worker_conflicts
-from loadertop.core.driver import Sweep
-from loadertop.core.loader import EpochControl, build_loader
-from loadertop.core.measure import Measurement
+from loadertop.core.engine.analysis import snippet
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.model.config import Settings, TrialConfig, default_start_method, zero_worker_conflicts
+from loadertop.core.trial.loader import EpochControl, build_loader
+from loadertop.core.trial.measure import Measurement
 
 DATA = Path(__file__).parent / "data"
 FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid")

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadertop.core.config import (
+from loadertop.core.model.config import (
     Settings,
     TrialConfig,
     UsageError,

@@ -8,12 +8,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from loadertop.core.config import Settings
-from loadertop.core.driver import Sweep
-from loadertop.core.events import Notice, TrialFinished
-from loadertop.core.imagefolder import ImageFolderDataset, make_image_folder, scan
-from loadertop.core.sharding import ShardCheck, sample_fingerprints
-from loadertop.core.spec import SpecError, load_dataset
+from loadertop.core.datasets.errors import SpecError
+from loadertop.core.datasets.imagefolder import ImageFolderDataset, make_image_folder, scan
+from loadertop.core.datasets.spec import load_dataset
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.model.config import Settings
+from loadertop.core.model.events import Notice, TrialFinished
+from loadertop.core.trial.sharding import ShardCheck, sample_fingerprints
 
 DATA = Path(__file__).parent / "data"
 FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid", start_methods=("fork",))

@@ -15,12 +15,12 @@ import psutil
 import pytest
 from procs import Family, alive, start_loadertop, wait_for
 
-import loadertop.core.runfolder as runfolder
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.driver import Sweep
-from loadertop.core.events import TrialStarted
-from loadertop.core.results import TrialResult
-from loadertop.core.runfolder import TRIALS, read_result, read_trials, read_trials_strict, write_atomic
+import loadertop.core.engine.runfolder as runfolder
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.runfolder import TRIALS, read_result, read_trials, read_trials_strict, write_atomic
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import TrialStarted
+from loadertop.core.model.results import TrialResult
 
 DATASET = "synthetic:cpu_ms=1,io_ms=1,kb=16"
 ARGS = ["--workers", "0,1,2", "--trial-seconds", "2", "--dataset", DATASET, "--start-method", "fork"]
@@ -83,7 +83,7 @@ def runner_pid(family: Family) -> int:
     for pid in family.pids:
         try:
             process = psutil.Process(pid)
-            if "loadertop.core.runner" in " ".join(process.cmdline()) and process.ppid() == os.getpid():
+            if "loadertop.core.trial.runner" in " ".join(process.cmdline()) and process.ppid() == os.getpid():
                 return pid
         except psutil.NoSuchProcess:
             continue

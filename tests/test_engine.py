@@ -10,9 +10,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadertop.core.config import Settings
-from loadertop.core.driver import Sweep
-from loadertop.core.events import (
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.runfolder import read_trials
+from loadertop.core.model.config import Settings
+from loadertop.core.model.events import (
     ProbeSample,
     SweepFinished,
     SweepStarted,
@@ -20,7 +21,6 @@ from loadertop.core.events import (
     TrialProgress,
     TrialStarted,
 )
-from loadertop.core.runfolder import read_trials
 
 FAST = dict(dataset="synthetic:cpu_ms=1,io_ms=1,kb=16", trial_seconds=1.5, block_seconds=0.15, interval=0.2)
 DESIGN_TRIAL_KEYS = {

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from procs import FAULTS, Family, start_loadertop
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.driver import Sweep
-from loadertop.core.results import SweepResult
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.results import SweepResult
 
 FAST = dict(trial_seconds=1.5, block_seconds=0.15, interval=0.2, start_methods=("fork",))
 W0 = TrialConfig(0, 32)

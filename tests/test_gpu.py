@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from loadertop.core.events import GpuSample
-from loadertop.core.gpu import MB, GpuProbe
-from loadertop.core.results import GpuInfo
+from loadertop.core.machine.gpu import MB, GpuProbe
+from loadertop.core.model.events import GpuSample
+from loadertop.core.model.results import GpuInfo
 
 # The real pynvml codes, so the fake maps errors the way pynvml does.
 CODES = {

@@ -14,11 +14,9 @@ from pathlib import Path
 import pytest
 from procs import FAULTS, Family
 
-import loadertop.core.driver as driver
-from loadertop.core.config import Settings, TrialConfig, UsageError
-from loadertop.core.driver import Sweep
-from loadertop.core.events import Notice, ProbeSample, TrialStarted, WorkerSample
-from loadertop.core.guards import (
+import loadertop.core.engine.driver as driver
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.machine.guards import (
     MemoryGuard,
     cgroup_memory_limit_mb,
     default_floor_mb,
@@ -28,7 +26,9 @@ from loadertop.core.guards import (
     shm_hint,
     shm_problem,
 )
-from loadertop.core.results import SweepResult
+from loadertop.core.model.config import Settings, TrialConfig, UsageError
+from loadertop.core.model.events import Notice, ProbeSample, TrialStarted, WorkerSample
+from loadertop.core.model.results import SweepResult
 
 W1 = TrialConfig(1, 32, 2, start_method="fork")
 W2 = TrialConfig(2, 32, 2, start_method="fork")

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from loadertop.core import machine
-from loadertop.core.gpu import GpuProbe
-from loadertop.core.machine import (
+from loadertop.core.machine.facts import (
     MB,
     cgroup_memory_headroom_mb,
     cpu_quota,
@@ -18,7 +17,8 @@ from loadertop.core.machine import (
     shm_free_mb,
     usable_cpus,
 )
-from loadertop.core.results import MachineInfo
+from loadertop.core.machine.gpu import GpuProbe
+from loadertop.core.model.results import MachineInfo
 
 V1_UNLIMITED = "9223372036854771712"
 

@@ -15,9 +15,9 @@ from typing import Any
 import psutil
 import pytest
 
-from loadertop.core.events import GpuSample, ProbeSample, WorkerSample
-from loadertop.core.gpu import MB, GpuProbe
-from loadertop.core.probes import Probes, summarize_window
+from loadertop.core.machine.gpu import MB, GpuProbe
+from loadertop.core.machine.probes import Probes, summarize_window
+from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
 
 # A child that holds `mb` MB of private, touched memory and sleeps until killed.
 CHILD = """
@@ -263,7 +263,7 @@ def test_emit_errors_are_logged_and_the_thread_goes_on(caplog: pytest.LogCapture
         raise RuntimeError("consumer broke")
 
     probes = Probes(emit=emit, gpu=no_gpu(), interval=0.01)
-    with caplog.at_level("ERROR", logger="loadertop.core.probes"), probes:
+    with caplog.at_level("ERROR", logger="loadertop.core.machine.probes"), probes:
         assert wait_for(lambda: len(calls) >= 3)
     assert not probes.running
     assert probes.errors >= 3

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.driver import Sweep
-from loadertop.core.events import TrialProgress
-from loadertop.core.ranks import aggregate, processes, ranks_note, rule_of_thumb, with_notes
-from loadertop.core.results import TrialResult
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.rank_notes import processes, ranks_note, rule_of_thumb, with_notes
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import TrialProgress
+from loadertop.core.model.results import TrialResult
+from loadertop.core.trial.ranks import aggregate
 
 DATA = Path(__file__).parent / "data"
 FAST = dict(trial_seconds=1.5, block_seconds=0.1, interval=0.2, search="grid", start_methods=("fork",))

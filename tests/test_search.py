@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from loadertop.core.analysis import analyze, merge_repeats, noise_band
-from loadertop.core.config import Settings, TrialConfig, parse_workers
-from loadertop.core.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult, UslFit
-from loadertop.core.search import AdaptivePlanner, GridPlanner, make_planner
+from loadertop.core.engine.analysis import analyze, merge_repeats, noise_band
+from loadertop.core.engine.search import AdaptivePlanner, GridPlanner, make_planner
+from loadertop.core.model.config import Settings, TrialConfig, parse_workers
+from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult, UslFit
 
 WIDE = tuple(range(33))  # 0..32, as `--workers 0-32`
 
@@ -379,8 +379,8 @@ def test_cli_search_choices():
 
 
 def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
-    from loadertop.core.driver import Sweep
-    from loadertop.core.events import Notice, SweepFinished
+    from loadertop.core.engine.driver import Sweep
+    from loadertop.core.model.events import Notice, SweepFinished
 
     # Workers wait 10 ms per sample (I/O-like); the consumer sleeps 8 ms per batch of 16: a 2000 samples/s ceiling.
     s = Settings(
@@ -420,7 +420,7 @@ def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
 
 
 def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
-    from loadertop.core.analysis import annotate
+    from loadertop.core.engine.analysis import annotate
 
     a = TrialConfig(2, 32, 2, False, False, "fork")
     b = TrialConfig(4, 32, 2, False, False, "fork")
@@ -438,8 +438,8 @@ def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
 
 
 def test_rule_notes_say_what_each_knee_rule_found_and_which_chose():
-    from loadertop.core.analysis import rule_notes
-    from loadertop.core.results import Knee
+    from loadertop.core.engine.analysis import rule_notes
+    from loadertop.core.model.results import Knee
 
     knee = Knee(4, "kneedle", "gains flatten at 4 workers", kneedle=4, noise_band=6)
     fit = UslFit(250.0, 0.04, 0.03, 0.99, 4, 5.5, 680.0, "USL fit: ...")

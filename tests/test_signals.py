@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 from procs import FAULTS, Family, start_loadertop, wait_for
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.driver import Sweep
-from loadertop.core.events import TrialStarted
-from loadertop.core.runfolder import read_result, read_trials
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.runfolder import read_result, read_trials
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import TrialStarted
 
 # The 0-worker trial finishes; the 2-worker one cannot (its workers hang after the first batch), so every
 # interrupt lands mid-trial, with the trial process and both workers alive, however slow the machine is.

@@ -12,9 +12,9 @@ import psutil
 import pytest
 from procs import Family
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.driver import Sweep
-from loadertop.core.events import TrialFinished
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import TrialFinished
 
 TRIALS = 50
 

@@ -12,7 +12,8 @@ import psutil
 import pytest
 import torch
 
-from loadertop.core.spec import SpecError, check_dataset, load_callable, load_dataset, one_line, split_callable
+from loadertop.core.datasets.errors import SpecError, one_line
+from loadertop.core.datasets.spec import check_dataset, load_callable, load_dataset, split_callable
 
 DATA = Path(__file__).parent / "data"
 Run = tuple[int, str, str]  # exit code, stdout, stderr
@@ -37,7 +38,7 @@ def test_package_module_spec(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_synthetic_and_imagefolder_specs(tmp_path: Path) -> None:
-    from loadertop.core.imagefolder import make_image_folder
+    from loadertop.core.datasets.imagefolder import make_image_folder
 
     dataset, extra = load_dataset("synthetic:length=7,kb=1")
     assert len(dataset) == 7 and extra == {}

@@ -15,8 +15,8 @@ from textual import events
 from textual.widgets import Static
 from tui_fakes import GPU_MACHINE, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, snippet, sync, wait_until
 
-from loadertop.core.config import UsageError
-from loadertop.core.events import Event
+from loadertop.core.model.config import UsageError
+from loadertop.core.model.events import Event
 from loadertop.tui.app import LoadertopApp, make_app
 from loadertop.tui.widgets.gpu import GpuPane
 from loadertop.tui.widgets.header import HeaderPane
@@ -261,7 +261,7 @@ async def test_e_exports_into_the_run_folder_with_the_engine_writers(
     factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     written: list[str] = []
-    fake = types.ModuleType("loadertop.core.export")
+    fake = types.ModuleType("loadertop.core.engine.export")
     for kind in ("json", "csv", "markdown"):
 
         def writer(result: object, path: Path, kind: str = kind) -> None:
@@ -269,8 +269,8 @@ async def test_e_exports_into_the_run_folder_with_the_engine_writers(
             Path(path).write_text(kind)
 
         setattr(fake, f"write_{kind}", writer)
-    monkeypatch.setitem(sys.modules, "loadertop.core.export", fake)
-    monkeypatch.setattr("loadertop.core.export", fake, raising=False)
+    monkeypatch.setitem(sys.modules, "loadertop.core.engine.export", fake)
+    monkeypatch.setattr("loadertop.core.engine.export", fake, raising=False)
     app = make_app(SETTINGS, sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))

@@ -8,7 +8,7 @@ from pathlib import Path
 import psutil
 from tui_fakes import sync, wait_until
 
-from loadertop.core.config import Settings
+from loadertop.core.model.config import Settings
 from loadertop.tui.app import make_app
 from loadertop.tui.widgets.header import HeaderPane
 from loadertop.tui.widgets.results import ResultsTable

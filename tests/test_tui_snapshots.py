@@ -14,7 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from tui_fakes import GPU_MACHINE, NO_GPU_MACHINE, SETTINGS, FakeSweepFactory, wait_until
 
-from loadertop.core.results import MachineInfo
+from loadertop.core.model.results import MachineInfo
 from loadertop.tui.app import LoadertopApp, make_app
 
 SnapCompare = Callable[..., bool]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from tui_fakes import BLOCKS, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory
 
-from loadertop.core.config import TrialConfig
-from loadertop.core.events import ProbeSample, SweepFinished, TrialFinished
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.events import ProbeSample, SweepFinished, TrialFinished
 from loadertop.tui import fmt, ranges
 from loadertop.tui.state import SweepState, _climbing, _slope
 from loadertop.tui.widgets.results import status_text

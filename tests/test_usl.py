@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from loadertop.core.config import TrialConfig
-from loadertop.core.results import TrialResult
-from loadertop.core.usl import fit_curve, fit_usl, trusted, usl, workers_to_reach
+from loadertop.core.engine.usl import fit_curve, fit_usl, trusted, usl, workers_to_reach
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.results import TrialResult
 
 NS = [1, 2, 4, 8, 16, 32]
 

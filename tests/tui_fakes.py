@@ -20,8 +20,8 @@ from typing import Any, ParamSpec
 
 from textual.pilot import Pilot
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.events import (
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import (
     Event,
     GpuSample,
     Notice,
@@ -33,7 +33,7 @@ from loadertop.core.events import (
     TrialStarted,
     WorkerSample,
 )
-from loadertop.core.results import GpuInfo, Knee, MachineInfo, Recommendation, SweepResult, TrialResult
+from loadertop.core.model.results import GpuInfo, Knee, MachineInfo, Recommendation, SweepResult, TrialResult
 
 WORKERS = (0, 1, 2, 3, 4, 6, 8)
 SETTINGS = Settings(workers=WORKERS, batch_sizes=(32,), start_methods=("fork",), trial_seconds=8.0)

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from loadertop.core.config import Settings
-    from loadertop.core.results import SweepResult
+    from loadertop.core.model.config import Settings
+    from loadertop.core.model.results import SweepResult
 
 
 def run_tui(

@@ -24,9 +24,9 @@ from textual.events import Resize
 from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, Static
 
-from loadertop.core.config import Settings, TrialConfig, UsageError
-from loadertop.core.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
-from loadertop.core.results import SweepResult
+from loadertop.core.model.config import Settings, TrialConfig, UsageError
+from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
+from loadertop.core.model.results import SweepResult
 from loadertop.tui import outputs, ranges
 from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
 from loadertop.tui.state import SweepState

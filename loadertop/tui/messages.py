@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from loadertop.core.events import Event
+from loadertop.core.model.events import Event
 
 
 class SweepEvent(Message):

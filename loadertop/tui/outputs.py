@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from loadertop.core.results import Recommendation, SweepResult
+from loadertop.core.model.results import Recommendation, SweepResult
 
 EXPORT_NAMES = {"json": "result.json", "csv": "results.csv", "markdown": "results.md"}
 
 
 def export_all(result: SweepResult, run_dir: Path) -> list[Path]:
     """JSON, CSV and Markdown into the run folder, through the engine's writers (the headless face's too)."""
-    from loadertop.core import export as writers  # at call time: tests substitute the module
+    from loadertop.core.engine import export as writers  # at call time: tests substitute the module
 
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = {kind: run_dir / name for kind, name in EXPORT_NAMES.items()}

@@ -9,9 +9,9 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field, replace
 
-from loadertop.core.analysis import analyze
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.events import (
+from loadertop.core.engine.analysis import analyze
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import (
     Event,
     Notice,
     ProbeSample,
@@ -21,7 +21,7 @@ from loadertop.core.events import (
     TrialProgress,
     TrialStarted,
 )
-from loadertop.core.results import Knee, MachineInfo, Recommendation, SweepResult, TrialResult
+from loadertop.core.model.results import Knee, MachineInfo, Recommendation, SweepResult, TrialResult
 
 HISTORY = 600  # samples kept per series: minutes at the default interval, a few hundred KB at most
 CLIMB_MB_PER_MIN = 1.0  # a worker whose USS grows faster than this, steadily, gets a warning

@@ -6,9 +6,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Protocol
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.events import Event
-from loadertop.core.results import SweepResult
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import Event
+from loadertop.core.model.results import SweepResult
 
 
 class SweepLike(Protocol):
@@ -37,7 +37,7 @@ def engine_factory(out_dir: Path | None) -> SweepFactory:
     """The real engine. Imported on first use so the UI (and its tests) load without it."""
 
     def make(settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None) -> SweepLike:
-        from loadertop.core.driver import Sweep
+        from loadertop.core.engine import Sweep
 
         return Sweep(settings, out_dir=out_dir, previous=previous, only=only)
 

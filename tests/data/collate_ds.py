@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
-from loadertop.core.workload import burn_cpu
+from loadertop.core.datasets.synthetic import burn_cpu
 
 
 class Records(Dataset[dict[str, Any]]):

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from loadertop.core.workload import burn_cpu
+from loadertop.core.datasets.synthetic import burn_cpu
 
 
 class Stream(IterableDataset[torch.Tensor]):

@@ -10,7 +10,7 @@ import os
 import torch
 from torch.utils.data import Dataset
 
-from loadertop.core.workload import burn_cpu
+from loadertop.core.datasets.synthetic import burn_cpu
 
 
 class Ranked(Dataset[torch.Tensor]):

@@ -10,7 +10,7 @@ import time
 from functools import partial
 from typing import Any
 
-from loadertop.core.workload import SyntheticDataset
+from loadertop.core.datasets.synthetic import SyntheticDataset
 
 
 def slow_start(seconds: float, worker_id: int) -> None:

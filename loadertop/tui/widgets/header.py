@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from loadertop.core.results import MachineInfo
+from loadertop.core.model.results import MachineInfo
 from loadertop.tui import fmt
 from loadertop.tui.widgets.pane import Pane
 

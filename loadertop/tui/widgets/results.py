@@ -9,7 +9,7 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
-from loadertop.core.config import TrialConfig
+from loadertop.core.model.config import TrialConfig
 from loadertop.tui import fmt
 from loadertop.tui.state import Row, SweepState
 

@@ -9,8 +9,8 @@ from statistics import median
 from textual.content import Content
 from textual_plotext import PlotextPlot
 
-from loadertop.core.config import TrialConfig
-from loadertop.core.results import TrialResult
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.results import TrialResult
 from loadertop.tui import fmt
 from loadertop.tui.state import SweepState, family
 from loadertop.tui.widgets.pane import Pane

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 
 import psutil
 
-from loadertop.core.results import MachineInfo
+from loadertop.core.model.results import MachineInfo
 
 if TYPE_CHECKING:
-    from loadertop.core.gpu import GpuProbe
+    from loadertop.core.machine.gpu import GpuProbe
 
 MB = 1024 * 1024
 CGROUP_ROOT = Path("/sys/fs/cgroup")

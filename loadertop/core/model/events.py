@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.results import MachineInfo, SweepResult, TrialResult
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loadertop.core.results import TrialResult, UslFit
+from loadertop.core.model.results import TrialResult, UslFit
 
 MIN_POINTS = 3  # three parameters: fewer points would fit anything
 GOOD_R2 = 0.9  # below this the fit is shown but not trusted to choose the next rung

@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.config import Settings
-from loadertop.core.results import MachineInfo, SweepResult, TrialResult
+from loadertop.core.model.config import Settings
+from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult
 
 DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "loadertop" / "runs"
 

@@ -8,18 +8,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.model.config import Settings, TrialConfig
 
 
 def run_trial(settings: Settings, config: TrialConfig, send: Callable[[dict[str, Any]], None]) -> None:
     if settings.ranks > 1:
-        from loadertop.core.ranks import run_ranks
+        from loadertop.core.trial.ranks import run_ranks
 
         run_ranks(settings, config, send)
         return
-    from loadertop.core.consumer import make_consumer
-    from loadertop.core.loader import build_loader
-    from loadertop.core.measure import measure
+    from loadertop.core.trial.consumer import make_consumer
+    from loadertop.core.trial.loader import build_loader
+    from loadertop.core.trial.measure import measure
 
     built = build_loader(settings, config)
     consumer = make_consumer(settings, config)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from loadertop.core.results import SweepResult, TrialResult
+from loadertop.core.model.results import SweepResult, TrialResult
 
 HEADERS = (
     "#",

@@ -20,9 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from loadertop.core.events import GpuSample, ProbeSample, WorkerSample
-from loadertop.core.gpu import GpuProbe, describe_error
-from loadertop.core.machine import (
+from loadertop.core.machine.facts import (
     CGROUP_ROOT,
     MB,
     PROC_SELF_CGROUP,
@@ -31,6 +29,8 @@ from loadertop.core.machine import (
     mem_available_mb,
     shm_free_mb,
 )
+from loadertop.core.machine.gpu import GpuProbe, describe_error
+from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
 
 log = logging.getLogger(__name__)
 

@@ -26,10 +26,10 @@ import math
 from collections.abc import Iterator, Sequence
 from typing import Protocol
 
-from loadertop.core.analysis import BAND_CAP, choose, merge_repeats, noise_band
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
-from loadertop.core.usl import fit_usl, trusted, workers_to_reach
+from loadertop.core.engine.analysis import BAND_CAP, choose, merge_repeats, noise_band
+from loadertop.core.engine.usl import fit_usl, trusted, workers_to_reach
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
 
 # A search cannot beat measuring everything when there is this little to measure (a climb and one repeat).
 SMALL_SPACE = 4

@@ -7,14 +7,12 @@ sharded with DistributedSampler unless the factory brings its own sampler. The r
 and measure over the same window, so the contention between them is in the numbers. Rank 0 reports: throughput
 summed over ranks, every rank's processes for the probes.
 
-The pure helpers at the top (rule of thumb, notes) are used by the driver and must not import torch.
+The advice on ranks (rule of thumb, notes) is the engine's: engine/rank_notes.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import math
 import os
 import select
 import signal
@@ -27,43 +25,10 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.results import TrialResult
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.trial.procs import die_with_parent
 
 Emit = Callable[[dict[str, Any]], None]
-UNEVEN = 0.9  # a rank below this fraction of the fastest one holds the others back in synchronous training
-
-
-# -- advice (driver side, no torch) -------------------------------------------------------------------------------
-
-
-def rule_of_thumb(usable_cpus: int, ranks: int) -> float:
-    """The common advice for workers per rank: min(16, 0.75 × cores ÷ ranks)."""
-    return min(16.0, 0.75 * usable_cpus / max(1, ranks))
-
-
-def processes(workers: int, ranks: int) -> int:
-    """Processes a node runs for loading: every rank's main process plus its workers."""
-    return ranks * (workers + 1)
-
-
-def ranks_note(workers: int, ranks: int, usable_cpus: int) -> str:
-    """'per rank; 2 ranks × (3 workers + 1) = 8 processes on 2 usable CPUs; rule of thumb min(16, 0.75 × 2 ÷ 2)
-    = 0.75 → 0 workers per rank'."""
-    thumb = rule_of_thumb(usable_cpus, ranks)
-    total = processes(workers, ranks)
-    over = " (more than the CPUs)" if total > usable_cpus else ""
-    advice = math.floor(thumb)
-    compare = "matches" if advice == workers else ("is below" if advice < workers else "is above")
-    return (
-        f"workers are per rank: {ranks} ranks × ({_workers(workers)} + 1) = {total} processes on {usable_cpus} "
-        f"usable CPUs{over}; the rule of thumb min(16, 0.75 × {usable_cpus} ÷ {ranks}) = {thumb:.2f} → "
-        f"{_workers(advice)} per rank {compare} the measured choice"
-    )
-
-
-def _workers(n: int) -> str:
-    return f"{n} worker" if n == 1 else f"{n} workers"
 
 
 def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
@@ -110,7 +75,7 @@ def run_ranks(settings: Settings, config: TrialConfig, send: Emit) -> None:
         pid = os.fork()
         if pid == 0:  # pragma: no cover (runs in the forked rank)
             os.close(errors_r)
-            _set_pdeathsig()
+            die_with_parent()
             code = 0
             try:
                 _rank_main(rank, world, port, settings, config, lambda message: None, errors_w)
@@ -141,9 +106,9 @@ def _rank_main(
     import torch
     import torch.distributed as dist
 
-    from loadertop.core.consumer import make_consumer
-    from loadertop.core.loader import build_loader
-    from loadertop.core.measure import Measurement
+    from loadertop.core.trial.consumer import make_consumer
+    from loadertop.core.trial.loader import build_loader
+    from loadertop.core.trial.measure import Measurement
 
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
@@ -243,18 +208,11 @@ def _read_error(fd: int, wait: float = 3.0) -> str | None:
 
 def _describe(exc: BaseException) -> str:
     try:
-        from loadertop.core.crashes import describe
+        from loadertop.core.trial.crashes import describe
 
         return describe(exc)
     except Exception:  # its own failure must not hide the rank's
         return f"{type(exc).__name__}: {exc}"
-
-
-def _set_pdeathsig() -> None:
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 def _reap(children: list[int], timeout: float = 5.0) -> None:
@@ -274,22 +232,3 @@ def _reap(children: list[int], timeout: float = 5.0) -> None:
             os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, 0)
-
-
-def with_notes(trial: TrialResult, ranks: int, usable_cpus: int) -> TrialResult:
-    """The trial's reason, plus what it found wrong with the data and, with several ranks, the node's process
-    count and each rank's share."""
-    notes = list(trial.warnings)
-    if ranks > 1 and trial.status == "ok":
-        total = processes(trial.config.num_workers, ranks)
-        shares = " + ".join(f"{r:.0f}" for r in trial.rank_samples_per_s)
-        notes.append(f"{ranks} ranks ({shares} samples/s), {total} processes on {usable_cpus} CPUs")
-        rates = trial.rank_samples_per_s
-        if rates and min(rates) < UNEVEN * max(rates):
-            # DDP steps in lockstep: the node goes at its slowest rank.
-            lockstep = ranks * min(rates)
-            notes.append(f"uneven ranks: in lockstep training {ranks} × the slowest = {lockstep:.0f} samples/s")
-    if not notes:
-        return trial
-    reason = "; ".join([trial.reason, *notes] if trial.reason else notes)
-    return dataclasses.replace(trial, reason=reason)

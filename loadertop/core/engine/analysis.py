@@ -11,8 +11,8 @@ import re
 import warnings
 from collections.abc import Sequence
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.results import Ceiling, Knee, MachineInfo, Recommendation, TrialResult, UslFit
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, TrialResult, UslFit
 
 CPU_SATURATED = 0.85  # fraction of usable CPUs x 100 at which the loader counts as CPU-bound
 CONSUMER_BOUND_STALL = 0.05  # the consumer waits less than this: the loader keeps up

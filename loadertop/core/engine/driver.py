@@ -24,11 +24,27 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.analysis import analyze, annotate, rule_notes, snippet, worker_curve
-from loadertop.core.ceiling import describe as describe_ceilings
-from loadertop.core.ceiling import measure_ceilings
-from loadertop.core.config import Settings, TrialConfig, UsageError
-from loadertop.core.events import (
+from loadertop.core.engine.analysis import analyze, annotate, rule_notes, snippet, worker_curve
+from loadertop.core.engine.ceilings import describe as describe_ceilings
+from loadertop.core.engine.ceilings import measure_ceilings
+from loadertop.core.engine.rank_notes import ranks_note, with_notes
+from loadertop.core.engine.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
+from loadertop.core.engine.search import make_planner
+from loadertop.core.engine.usl import fit_curve
+from loadertop.core.machine.facts import machine_info, shm_free_mb
+from loadertop.core.machine.gpu import GpuProbe
+from loadertop.core.machine.guards import (
+    MemoryGuard,
+    fd_problem,
+    memory_total_mb,
+    open_files_limit,
+    parse_mem_floor,
+    shm_hint,
+    shm_problem,
+)
+from loadertop.core.machine.probes import Probes, summarize_window
+from loadertop.core.model.config import Settings, TrialConfig, UsageError
+from loadertop.core.model.events import (
     Event,
     Notice,
     ProbeSample,
@@ -38,23 +54,7 @@ from loadertop.core.events import (
     TrialProgress,
     TrialStarted,
 )
-from loadertop.core.gpu import GpuProbe
-from loadertop.core.guards import (
-    MemoryGuard,
-    fd_problem,
-    memory_total_mb,
-    open_files_limit,
-    parse_mem_floor,
-    shm_hint,
-    shm_problem,
-)
-from loadertop.core.machine import machine_info, shm_free_mb
-from loadertop.core.probes import Probes, summarize_window
-from loadertop.core.ranks import ranks_note, with_notes
-from loadertop.core.results import Ceiling, MachineInfo, Recommendation, SweepResult, TrialResult
-from loadertop.core.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
-from loadertop.core.search import make_planner
-from loadertop.core.usl import fit_curve
+from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SweepResult, TrialResult
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
 # What a signal that killed the trial's main process most likely means (the memory guard names itself).
@@ -77,7 +77,7 @@ class RunnerProcess:
         path = os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "loadertop.core.runner"],
+            [sys.executable, "-m", "loadertop.core.trial.runner"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,

@@ -6,7 +6,7 @@ free memory below the floor. While a trial runs, a watcher thread reads MemAvail
 headroom) every 50 ms and kills the trial's process group when free memory, extrapolated at its current
 rate of fall to the next check, would cross the floor. The 0.5 s probe tick alone is too slow: a worker
 that touches pages at 5 GB/s eats 2.5 GB between ticks. The kernel's OOM killer must never be the one
-to act; if it does anyway, `prefer_oom_kill` has made our trial processes its first choice.
+to act; if it does anyway, `trial.procs.prefer_oom_kill` has made our trial processes its first choice.
 
 Memory figures are MiB throughout ("MB" in names, as elsewhere in loadertop).
 """
@@ -14,10 +14,7 @@ Memory figures are MiB throughout ("MB" in names, as elsewhere in loadertop).
 from __future__ import annotations
 
 import contextlib
-import os
 import re
-import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -26,9 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from loadertop.core.config import TrialConfig, UsageError
-from loadertop.core.events import ProbeSample
-from loadertop.core.machine import (
+from loadertop.core.machine.facts import (
     _V1_UNLIMITED_BYTES,
     CGROUP_ROOT,
     MB,
@@ -40,7 +35,9 @@ from loadertop.core.machine import (
     _v1_dir,
     cgroup_memory_headroom_mb,
 )
-from loadertop.core.results import TrialResult
+from loadertop.core.model.config import TrialConfig, UsageError
+from loadertop.core.model.events import ProbeSample
+from loadertop.core.model.results import TrialResult
 
 GUARD_PERIOD_S = 0.05  # the watcher's check interval while a trial runs
 KILL_LATENCY_S = 0.05  # from the decision to the kernel stopping the processes, counted in the projection
@@ -160,13 +157,6 @@ class FreeMemory:
 
     def __call__(self) -> float:
         return free_mb(read_mem_available_mb(), self.headroom_mb())
-
-
-def prefer_oom_kill() -> None:
-    """Make this process (and what it forks) the kernel OOM killer's first choice, not someone's training
-    job. Raising one's own oom_score_adj needs no privilege; where /proc is missing this does nothing."""
-    with contextlib.suppress(OSError), open("/proc/self/oom_score_adj", "w") as handle:
-        handle.write("1000")
 
 
 # -- the memory guard ----------------------------------------------------------------------------------------
@@ -447,33 +437,6 @@ def shm_hint(error: str, free: float | None) -> str:
         return error
     where = "" if free is None else f", {free:,.0f} MiB free now"
     return f"{error} (/dev/shm is where workers put batches{where}; a full /dev/shm kills them with SIGBUS)"
-
-
-class DieWithParent:
-    """A `worker_init_fn` (wrapping the dataset's own, if any) that has the kernel SIGKILL a DataLoader worker
-    when the process that started it dies. Without it, workers whose trial and runner were both killed live on:
-    torch's watchdog looks for a dead parent only between index reads, and a worker whose result pipe is full
-    (its sibling workers keep the read end open) blocks at exit forever. Picklable for spawn workers."""
-
-    def __init__(self, user: Callable[[int], object] | None, direct_child: bool) -> None:
-        self.user = user
-        self.trial = os.getpid()  # built in the trial process
-        self.direct_child = direct_child  # fork and spawn workers are the trial's children; forkserver's are not
-
-    def __call__(self, worker_id: int) -> None:
-        if sys.platform.startswith("linux"):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-            # A spawn worker takes seconds to get here (it imports torch): its trial may be gone already.
-            try:
-                os.kill(self.trial, 0)
-            except ProcessLookupError:
-                os._exit(1)
-            if self.direct_child and os.getppid() != self.trial:
-                os._exit(1)
-        if self.user is not None:
-            self.user(worker_id)
 
 
 def open_files_limit() -> int | None:

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from loadertop.core.datasets.errors import SpecError
+
 # DataLoader arguments a factory may fix; the swept ones are loadertop's to choose.
 SWEPT_KEYS = {"batch_size", "num_workers", "prefetch_factor", "pin_memory", "persistent_workers", "in_order"}
 SWEPT_KEYS |= {"multiprocessing_context"}
@@ -25,30 +27,18 @@ EXTRA_KEYS = {"collate_fn", "sampler", "batch_sampler", "shuffle", "drop_last", 
 EXTRA_KEYS |= {"timeout", "pin_memory_device"}
 
 
-class SpecError(ValueError):
-    """The dataset or consumer spec cannot give what is needed (exit code 2)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
-
-
-def one_line(text: str) -> str:
-    """Exception texts may span lines (a SyntaxError, a chained message): the CLI promises one."""
-    return " ".join(str(text).split())
-
-
 def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
     """Return (dataset, extra DataLoader kwargs) for a spec."""
     name, _, rest = spec.partition(":")
     if name == "synthetic":
-        from loadertop.core.workload import SyntheticDataset, parse_synthetic
+        from loadertop.core.datasets.synthetic import SyntheticDataset, parse_synthetic
 
         try:
             return SyntheticDataset(parse_synthetic(rest)), {}
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     if name == "imagefolder":
-        from loadertop.core.imagefolder import open_image_folder
+        from loadertop.core.datasets.imagefolder import open_image_folder
 
         return open_image_folder(rest, dict(kwargs or {})), {}
     if name == "pickle":

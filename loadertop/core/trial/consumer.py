@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.spec import load_callable
+from loadertop.core.datasets.spec import load_callable
+from loadertop.core.model.config import Settings, TrialConfig
 
 Step = Callable[[Any], None]
 

@@ -7,9 +7,9 @@ import io
 import json
 from pathlib import Path
 
-from loadertop.core.results import SweepResult, TrialResult
-from loadertop.core.runfolder import write_atomic
-from loadertop.core.table import HEADERS, RSS_FOOTNOTE, marks, trial_cells
+from loadertop.core.engine.runfolder import write_atomic
+from loadertop.core.engine.table import HEADERS, RSS_FOOTNOTE, marks, trial_cells
+from loadertop.core.model.results import SweepResult, TrialResult
 
 CSV_COLUMNS = [
     "index",

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.consumer import Consumer  # noqa: F401  (its old home: importers of measure.Consumer)
-from loadertop.core.loader import EpochControl
-from loadertop.core.sharding import ShardCheck, batch_rows
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.trial.consumer import Consumer  # noqa: F401  (its old home: importers of measure.Consumer)
+from loadertop.core.trial.loader import EpochControl
+from loadertop.core.trial.sharding import ShardCheck, batch_rows
 
 Emit = Callable[[dict[str, Any]], None]
 

@@ -1,6 +1,6 @@
 """The runner: exec'd once per sweep, imports torch, forks one fresh process per trial.
 
-    python -m loadertop.core.runner
+    python -m loadertop.core.trial.runner
 
 Requests come as JSON lines on stdin; events go out as JSON lines on the original stdout. Anything
 else written to fd 1 or 2 (worker warnings, the user's prints) lands in the run folder's log, because
@@ -22,7 +22,8 @@ import time
 import traceback
 from typing import Any
 
-from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.trial.procs import become_subreaper, die_with_parent, prefer_oom_kill
 
 _EVENTS_FD = -1
 
@@ -38,9 +39,7 @@ def main() -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when we stop
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)  # orphaned DataLoader workers are reparented to us, and reaped
-    from loadertop.core.guards import prefer_oom_kill
-
+    become_subreaper()  # orphaned DataLoader workers are reparented to us, and reaped
     prefer_oom_kill()  # inherited by trials and workers: if the kernel must kill, it kills us, not a training job
 
     import torch  # noqa: F401  (paid once here, inherited by every trial)
@@ -120,18 +119,6 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _prctl(option: int, value: int) -> None:
-    """Linux process controls; a no-op elsewhere (the driver's own cleanup still applies)."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
-
-
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
-
-
 def _check(request: dict[str, Any]) -> None:
     """Validate the dataset spec (and consumer, knobs) before the sweep: exit 2 on a bad one.
 
@@ -139,7 +126,7 @@ def _check(request: dict[str, Any]) -> None:
     trial is forked from."""
     pid = os.fork()
     if pid == 0:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        die_with_parent()
         code = 1
         try:
             code = _check_child(request)
@@ -154,7 +141,8 @@ def _check(request: dict[str, Any]) -> None:
 
 
 def _check_child(request: dict[str, Any]) -> int:
-    from loadertop.core.spec import SpecError, load_dataset
+    from loadertop.core.datasets.errors import SpecError
+    from loadertop.core.datasets.spec import load_dataset
 
     settings = Settings.from_dict(request["settings"]) if "settings" in request else None
     try:
@@ -188,7 +176,7 @@ def _check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) ->
     """What spawn and forkserver workers receive must pickle: the dataset and the functions they call."""
     import pickle
 
-    from loadertop.core.spec import SpecError
+    from loadertop.core.datasets.errors import SpecError
 
     parts = {"the dataset": dataset, **{k: extra[k] for k in ("collate_fn", "worker_init_fn") if extra.get(k)}}
     for name, value in parts.items():
@@ -205,7 +193,7 @@ def _check_items(dataset: Any, spec: str) -> bool:
     """An IterableDataset has no length: make sure it yields something. True when it is iterable-style."""
     from torch.utils.data import IterableDataset
 
-    from loadertop.core.spec import SpecError
+    from loadertop.core.datasets.errors import SpecError
 
     if not isinstance(dataset, IterableDataset):
         return False
@@ -222,8 +210,9 @@ def _check_settings(settings: Settings, extra: dict[str, Any]) -> None:
     """Knobs the installed torch or the factory's own arguments cannot honour."""
     import torch
 
-    from loadertop.core.loader import supports_in_order
-    from loadertop.core.spec import SpecError, load_callable
+    from loadertop.core.datasets.errors import SpecError
+    from loadertop.core.datasets.spec import load_callable
+    from loadertop.core.trial.loader import supports_in_order
 
     if settings.consumer:
         try:
@@ -250,8 +239,8 @@ def _len(dataset: Any) -> int | None:
 
 def _ceiling_main(request: dict[str, Any]) -> int:
     """The consumer alone on a cached batch (ceiling.py), in a forked process like a trial."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    from loadertop.core.ceiling import ceiling_main
+    die_with_parent()
+    from loadertop.core.trial.ceiling import ceiling_main
 
     try:
         return ceiling_main(request, emit)
@@ -266,7 +255,7 @@ def _trial_main(request: dict[str, Any]) -> int:
     def send(message: dict[str, Any]) -> None:
         emit({"index": index, "pid": os.getpid(), **message})
 
-    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the runner died: so does the trial
+    die_with_parent()  # the runner died: so does the trial
     import faulthandler
 
     faulthandler.enable()  # a segfault in the dataset's native code leaves its Python stack in the log
@@ -274,13 +263,13 @@ def _trial_main(request: dict[str, Any]) -> int:
         settings = Settings.from_dict(request["settings"])
         config = TrialConfig.from_dict(request["config"])
         print(f"--- trial {index}: {config.label()}", file=sys.stderr, flush=True)
-        from loadertop.core.trial import run_trial
+        from loadertop.core.trial.run import run_trial
 
         run_trial(settings, config, send)
         return 0
     except BaseException as exc:
         traceback.print_exc()
-        from loadertop.core.crashes import describe
+        from loadertop.core.trial.crashes import describe
 
         send({"type": "failed", "error": describe(exc)})
         return 1
@@ -290,7 +279,7 @@ def _trial_main(request: dict[str, Any]) -> int:
 
 def _build_loader(settings: Settings, config: TrialConfig) -> Any:
     """The trial's DataLoader (loader.py builds it, with the epoch control the measured loop uses)."""
-    from loadertop.core.loader import build_loader
+    from loadertop.core.trial.loader import build_loader
 
     return build_loader(settings, config).loader
 

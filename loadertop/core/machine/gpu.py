@@ -14,8 +14,8 @@ import threading
 from types import ModuleType
 from typing import Any
 
-from loadertop.core.events import GpuSample
-from loadertop.core.results import GpuInfo
+from loadertop.core.model.events import GpuSample
+from loadertop.core.model.results import GpuInfo
 
 MB = 1024 * 1024
 

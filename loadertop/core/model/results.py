@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from loadertop.core.config import Settings, TrialConfig
+from loadertop.core.model.config import Settings, TrialConfig
 
 RESULT_VERSION = 1
 

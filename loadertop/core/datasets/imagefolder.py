@@ -9,7 +9,7 @@ Options, as `imagefolder:PATH:size=160,dtype=float` or `--dataset-arg size=160`:
   resize=256    shorter side after resizing (default: size × 256/224, as in the usual ImageNet recipe)
   dtype=uint8   uint8 (decode cost only) or float (adds the normalisation)
 
-Make a folder to try it: `python -m loadertop.core.imagefolder /tmp/images --count 2000`.
+Make a folder to try it: `python -m loadertop.core.datasets.imagefolder /tmp/images --count 2000`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.spec import SpecError
+from loadertop.core.datasets.errors import SpecError
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MEAN = (0.485, 0.456, 0.406)
@@ -151,7 +151,9 @@ def make_image_folder(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m loadertop.core.imagefolder", description=make_image_folder.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m loadertop.core.datasets.imagefolder", description=make_image_folder.__doc__
+    )
     parser.add_argument("root", type=Path, help="folder to create (class sub-folders go in it)")
     parser.add_argument("--count", type=int, default=2000, help="number of JPEGs (default 2000)")
     parser.add_argument("--classes", type=int, default=10, help="number of class folders (default 10)")

@@ -10,8 +10,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from loadertop.core.config import Settings, TrialConfig
-from loadertop.core.spec import SpecError, load_dataset
+from loadertop.core.datasets.errors import SpecError
+from loadertop.core.datasets.spec import load_dataset
+from loadertop.core.model.config import Settings, TrialConfig
 
 
 class EpochControl:
@@ -71,7 +72,7 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
         SequentialSampler,
     )
 
-    from loadertop.core.crashes import note_indices
+    from loadertop.core.trial.crashes import note_indices
 
     dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
     # Failures then name the sample index; not for spawn/forkserver workers, which re-pickle the dataset.
@@ -99,7 +100,7 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
             control = EpochControl(base)
             kwargs["sampler"] = control
     if config.num_workers > 0:
-        from loadertop.core.guards import DieWithParent
+        from loadertop.core.trial.procs import DieWithParent
 
         # Workers die with their trial even when nobody is left to kill its process group.
         kwargs["worker_init_fn"] = DieWithParent(kwargs.get("worker_init_fn"), config.start_method != "forkserver")

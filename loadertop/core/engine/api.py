@@ -10,11 +10,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.config import Settings, UsageError, default_start_method, parse_workers
-from loadertop.core.driver import Sweep
-from loadertop.core.events import Event
-from loadertop.core.machine import usable_cpus
-from loadertop.core.results import SweepResult
+from loadertop.core.engine.driver import Sweep
+from loadertop.core.machine.facts import usable_cpus
+from loadertop.core.model.config import Settings, UsageError, default_start_method, parse_workers
+from loadertop.core.model.events import Event
+from loadertop.core.model.results import SweepResult
 
 
 def sweep(

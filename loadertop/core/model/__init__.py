@@ -1,0 +1,1 @@
+"""What every process shares: settings, trial configurations, results, events and the runner protocol."""
