@@ -24,13 +24,11 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.engine.analysis import analyze, annotate, rule_notes, snippet, worker_curve
 from loadertop.core.engine.ceilings import describe as describe_ceilings
 from loadertop.core.engine.ceilings import measure_ceilings
-from loadertop.core.engine.rank_notes import ranks_note, with_notes
+from loadertop.core.engine.outcome import conclude
 from loadertop.core.engine.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.search import make_planner
-from loadertop.core.engine.usl import fit_curve
 from loadertop.core.machine.facts import machine_info, shm_free_mb
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.guards import (
@@ -54,7 +52,7 @@ from loadertop.core.model.events import (
     TrialProgress,
     TrialStarted,
 )
-from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SweepResult, TrialResult
+from loadertop.core.model.results import Ceiling, MachineInfo, SweepResult, TrialResult
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
 # What a signal that killed the trial's main process most likely means (the memory guard names itself).
@@ -326,52 +324,24 @@ class Sweep:
         self._finish(machine, trials, time.monotonic() - started)
 
     def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
-        trials = self._with_reasons(trials, machine)
-        knee, recommendation = analyze(trials, self.settings, machine)
-        recommendation = self._per_rank(recommendation, trials, machine)
-        usl = fit_curve(worker_curve(trials, self.settings.tolerance))
-        for note in rule_notes(knee, usl, self.settings.tolerance):
-            self._emit(Notice("info", note))
-        interrupted = self._cancel.is_set() or self._stop_after.is_set()
-        self.result = SweepResult(
-            machine=machine,
-            settings=self.settings,
-            trials=tuple(trials),
-            knee=knee,
-            recommendation=recommendation,
-            run_dir=str(self.run_dir),
-            interrupted=interrupted,
-            wall_s=wall_s,
+        conclusion = conclude(
+            trials,
+            self.settings,
+            machine,
             ceilings=self._ceilings,
-            usl=usl,
             search_trace=tuple(getattr(self.planner, "trace", ())),
+            iterable=self._iterable,
+        )
+        for note in conclusion.notes:
+            self._emit(Notice("info", note))
+        self.result = dataclasses.replace(
+            conclusion.result,
+            run_dir=str(self.run_dir),
+            interrupted=self._cancel.is_set() or self._stop_after.is_set(),
+            wall_s=wall_s,
         )
         write_result(self.run_dir, self.result)
         self._emit(SweepFinished(self.result))
-
-    def _with_reasons(self, trials: list[TrialResult], machine: MachineInfo) -> list[TrialResult]:
-        """Reasons compare each trial with the best of the sweep, so they are final only at the end."""
-        annotated = annotate(trials, machine, self.settings.tolerance, self._ceilings)
-        return [with_notes(t, self.settings.ranks, machine.usable_cpus) for t in annotated]
-
-    def _per_rank(
-        self, rec: Recommendation | None, trials: list[TrialResult], machine: MachineInfo
-    ) -> Recommendation | None:
-        """The recommended trial's data warnings belong in its reason; with --ranks the recommendation is per
-        rank: say what that means for the node, and shard the snippet as the measurement did."""
-        if rec is None:
-            return rec
-        warnings = [w for t in trials if t.index == rec.trial_index for w in t.warnings]
-        if warnings:
-            rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings]))
-        if self.settings.ranks < 2:
-            return rec
-        extra = () if self._iterable else ("sampler=DistributedSampler(dataset)",)
-        return dataclasses.replace(
-            rec,
-            reason=f"{rec.reason}; {ranks_note(rec.config.num_workers, self.settings.ranks, machine.usable_cpus)}",
-            snippet=snippet(rec.config, machine.default_start_method, extra),
-        )
 
     def _measure_ceilings(self, runner: RunnerProcess) -> tuple[Ceiling, ...]:
         """The consumer alone on a cached batch, before the first trial (ceiling.py)."""

@@ -1,0 +1,68 @@
+"""A sweep's conclusion: from its finished trials to the SweepResult every face shows (reasons, knee,
+recommendation, USL fit). Computed once, at the end, because reasons compare each trial with the best of the sweep."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from loadertop.core.engine.analysis import analyze, annotate, rule_notes, snippet, worker_curve
+from loadertop.core.engine.rank_notes import ranks_note, with_notes
+from loadertop.core.engine.usl import fit_curve
+from loadertop.core.model.config import Settings
+from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    result: SweepResult  # run_dir, interrupted and wall_s are the driver's to fill in
+    notes: tuple[str, ...]  # what the analysis wants said (knee rules, the USL fit)
+
+
+def conclude(
+    trials: list[TrialResult],
+    settings: Settings,
+    machine: MachineInfo,
+    *,
+    ceilings: tuple[Ceiling, ...] = (),
+    search_trace: tuple[SearchStep, ...] = (),
+    iterable: bool = False,
+) -> Conclusion:
+    annotated = [
+        with_notes(t, settings.ranks, machine.usable_cpus)
+        for t in annotate(trials, machine, settings.tolerance, ceilings)
+    ]
+    knee, recommendation = analyze(annotated, settings, machine)
+    recommendation = _per_rank(recommendation, annotated, settings, machine, iterable)
+    usl = fit_curve(worker_curve(annotated, settings.tolerance))
+    result = SweepResult(
+        machine=machine,
+        settings=settings,
+        trials=tuple(annotated),
+        knee=knee,
+        recommendation=recommendation,
+        ceilings=ceilings,
+        usl=usl,
+        search_trace=search_trace,
+    )
+    return Conclusion(result, tuple(rule_notes(knee, usl, settings.tolerance)))
+
+
+def _per_rank(
+    rec: Recommendation | None, trials: list[TrialResult], settings: Settings, machine: MachineInfo, iterable: bool
+) -> Recommendation | None:
+    """The recommended trial's data warnings belong in its reason; with --ranks the recommendation is per rank: say
+    what that means for the node, and shard the snippet as the measurement did."""
+    if rec is None:
+        return rec
+    warnings = [w for t in trials if t.index == rec.trial_index for w in t.warnings]
+    if warnings:
+        rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings]))
+    if settings.ranks < 2:
+        return rec
+    extra = () if iterable else ("sampler=DistributedSampler(dataset)",)
+    return dataclasses.replace(
+        rec,
+        reason=f"{rec.reason}; {ranks_note(rec.config.num_workers, settings.ranks, machine.usable_cpus)}",
+        snippet=snippet(rec.config, machine.default_start_method, extra),
+    )
