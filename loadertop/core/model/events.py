@@ -22,6 +22,16 @@ class SweepStarted:
 
 
 @dataclass(frozen=True)
+class TrialLaunched:
+    """The trial's process exists (its workers are not started yet): faces follow it from here."""
+
+    index: int  # 0-based position in this sweep
+    total: int  # trials planned so far (adaptive searches may add more)
+    config: TrialConfig
+    pid: int
+
+
+@dataclass(frozen=True)
 class TrialStarted:
     index: int  # 0-based position in this sweep
     total: int  # trials planned so far (adaptive searches may add more)
@@ -97,4 +107,6 @@ class SweepFinished:
     result: SweepResult  # has knee and recommendation; `interrupted` when stopped early
 
 
-Event = SweepStarted | TrialStarted | TrialProgress | ProbeSample | TrialFinished | Notice | SweepFinished
+Event = (
+    SweepStarted | TrialLaunched | TrialStarted | TrialProgress | ProbeSample | TrialFinished | Notice | SweepFinished
+)

@@ -1,0 +1,26 @@
+"""What a curve is: throughput against num_workers, every other knob held. One definition for every face."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from loadertop.core.model.config import TrialConfig
+
+
+def curve_key(config: TrialConfig) -> TrialConfig:
+    """The curve a configuration lies on: everything but the worker count."""
+    return replace(config, num_workers=0)
+
+
+def family_key(config: TrialConfig) -> TrialConfig:
+    """What a curve shares with its 0-worker origin: the knobs that apply without workers (batch size, pinning,
+    order). A 0-worker configuration has no prefetch, persistence or start method, so it starts every curve of its
+    family."""
+    return replace(config, num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None)
+
+
+def on_curve(config: TrialConfig, key: TrialConfig) -> bool:
+    """Whether `config` is a point of the curve `key` (its own, or the family's 0-worker origin)."""
+    if config.num_workers == 0:
+        return family_key(config) == family_key(key)
+    return curve_key(config) == key
