@@ -9,9 +9,10 @@ import pytest
 from tui_fakes import BLOCKS, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory
 
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.events import ProbeSample, SweepFinished, TrialFinished
+from loadertop.core.model.events import ProbeSample, SweepFinished, SweepStarted, TrialFinished, TrialLaunched
 from loadertop.tui import fmt, ranges
-from loadertop.tui.state import SweepState, _climbing, _slope
+from loadertop.tui.state import SweepState
+from loadertop.tui.trace import climbing, slope
 from loadertop.tui.widgets.results import status_text
 
 
@@ -32,7 +33,8 @@ def test_a_whole_sweep_fills_rows_traces_and_the_result(tmp_path: Path) -> None:
     knee_rows = [row.config.num_workers for row in state.rows if state.is_knee(row)]
     assert knee_rows == [4]
     assert state.selected == state.recommendation.config
-    trace = state.traces[state.recommendation.config]
+    trace = state.focus()  # the highlighted row: the recommendation
+    assert trace is not None and trace.config == state.recommendation.config
     assert len(trace.batches_per_s) == BLOCKS
     workers = trace.workers()
     assert [w.label for w in workers] == ["w0", "w1", "w2", "w3"]
@@ -71,11 +73,25 @@ def test_a_row_rerun_keeps_the_table_and_the_recommendation(tmp_path: Path) -> N
     assert len(state.rows) == len(WORKERS)
     assert state.rows[2].change() == pytest.approx(0.08)
     assert all(row.change() is None for i, row in enumerate(state.rows) if i != 2)
-    # The rerun's own result knows one row; the table is judged again as a whole (by the engine's analysis).
-    assert state.recommendation is not None and rec is not None
-    assert state.recommendation.config == rec.config and "6 workers" in state.recommendation.reason
+    # The engine merges the rerun into the whole run and judges it: the state takes that result as it is.
+    assert state.result is factory.last.result
+    assert state.recommendation is not None and rec is not None and state.recommendation.config == rec.config
     assert state.result is not None and len(state.result.trials) == len(WORKERS)
-    assert state.result.settings == SETTINGS  # not the tightened settings of the one-row rerun
+    assert state.rows[2].result is state.result.trials[-1]  # the rerun's measurement, not the first one
+
+
+def test_the_engines_final_result_is_taken_whole(tmp_path: Path) -> None:
+    # Whatever the rows showed during the sweep, SweepFinished's result replaces it: no merging in the TUI.
+    factory = FakeSweepFactory(tmp_path)
+    state = run(factory(SETTINGS, None, None), SweepState())
+    first = state.result
+    assert first is not None
+    judged = replace(first, trials=first.trials[:3], recommendation=None)
+    state.begin(only=True)
+    state.apply(SweepStarted("x", first.machine, SETTINGS, (first.trials[0].config,), first))
+    state.apply(SweepFinished(judged))
+    assert state.result is judged and state.recommendation is None
+    assert [row.status for row in state.rows][:3] == ["ok"] * 3
 
 
 def test_rungs_a_finished_search_did_not_need_say_so(tmp_path: Path) -> None:
@@ -125,15 +141,15 @@ def test_eta_counts_down_from_the_trial_budget_then_from_measured_trials(tmp_pat
 
 def test_slope_and_climbing() -> None:
     flat = [(t, 100.0) for t in range(0, 30, 2)]
-    assert _slope(flat) == pytest.approx(0.0)
-    assert not _climbing(flat, _slope(flat))
+    assert slope(flat) == pytest.approx(0.0)
+    assert not climbing(flat, slope(flat))
     rising = [(float(t), 100.0 + 0.1 * t) for t in range(0, 30, 2)]
-    assert _slope(rising) == pytest.approx(6.0)
-    assert _climbing(rising, _slope(rising))
+    assert slope(rising) == pytest.approx(6.0)
+    assert climbing(rising, slope(rising))
     short = rising[:3]
-    assert not _climbing(short, 6.0)  # not watched long enough
+    assert not climbing(short, 6.0)  # not watched long enough
     one_step = [(float(t), 100.0 if t < 20 else 110.0) for t in range(0, 30, 2)]
-    assert not _climbing(one_step, _slope(one_step))  # one jump, one change: too few to call it steady
+    assert not climbing(one_step, slope(one_step))  # one jump, one change: too few to call it steady
 
 
 def test_spark_rescales_pins_and_pads() -> None:
@@ -198,3 +214,35 @@ def test_a_configuration_added_mid_sweep_slots_into_its_climb(tmp_path: Path) ->
         state.apply(event)
     state.row_for(configs[3])  # an adaptive search bisects between 2 and 8
     assert [row.config.num_workers for row in state.rows] == [0, 2, 4, 8]
+
+
+def test_a_finished_trial_shows_its_result_and_ignores_late_probes(tmp_path: Path) -> None:
+    # The probes' tick after the workers exited (the fake sends one before and one after TrialFinished) read
+    # "total PSS 60 MB" in the pane while the table said 312 MB: the finished trial shows its result's figures.
+    state = run(FakeSweepFactory(tmp_path)(SETTINGS, None, None), SweepState())
+    for trace in state.traces.values():
+        result = trace.result
+        assert result is not None
+        assert trace.pss_mb == result.total_pss_mb and trace.rss_mb == result.rss_mb
+        if result.status == "ok":
+            assert [w.now for w in trace.workers()] == list(result.worker_uss_mb)
+    trace = state.traces[(1, 4)]
+    before = ([w.series[:] for w in trace.workers()], trace.sampled_pss_mb)
+    state.apply(ProbeSample(4, 99.0, (), 60.0, 0.0, 60.0, 60.0, 0.0, 5000.0, None, None))
+    assert ([w.series for w in trace.workers()], trace.sampled_pss_mb) == before
+    assert trace.pss_mb is not None and trace.pss_mb > 60.0
+
+
+def test_a_launched_trial_is_the_running_one_even_when_its_configuration_repeats(tmp_path: Path) -> None:
+    sweep = FakeSweepFactory(tmp_path, repeat=(4,))(SETTINGS, None, None)
+    state = SweepState()
+    state.begin(only=False)
+    for event in sweep.events():
+        state.apply(event)
+        if isinstance(event, TrialLaunched) and event.index == len(WORKERS):
+            break
+    focus = state.focus()
+    assert focus is state.live and focus is not None
+    assert focus.index == len(WORKERS) and focus.config.num_workers == 4 and focus.result is None
+    assert not focus.batches_per_s and not focus.worker_pids  # nothing sampled yet: not the first run's figures
+    assert state.current_config() == focus.config and state.row_for(focus.config).status == "running"

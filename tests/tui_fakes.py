@@ -2,7 +2,9 @@
 pause the way the engine promises, so pressing those keys in a test means something.
 
 Seven trials (0,1,2,3,4,6,8 workers) on a 2-CPU machine with a knee at 4; 8 workers fails (/dev/shm);
-the last worker of each trial grows its USS steadily. Sweep time advances 1.5 s per block, not wall time,
+the last worker of each trial grows its USS steadily; `repeat` measures some worker counts again at the end, as
+the engine repeats its finalists. A row rerun (`only` with `previous`) ends with the whole merged result, as the
+engine's does. Each trial's process exits before its TrialFinished: a late probe tick then sees no workers. Sweep time advances 1.5 s per block, not wall time,
 so what the screen shows does not depend on how fast the test machine is.
 """
 
@@ -29,6 +31,7 @@ from loadertop.core.model.events import (
     SweepFinished,
     SweepStarted,
     TrialFinished,
+    TrialLaunched,
     TrialProgress,
     TrialStarted,
     WorkerSample,
@@ -87,8 +90,10 @@ class FakeSweep:
         factor: float = 1.0,
         hold_at: int | None = None,
         event_delay: float = 0.0,
+        repeat: tuple[int, ...] = (),
     ) -> None:
         self.settings = settings
+        self.repeat = repeat
         self.previous = previous
         self.only = list(only) if only else None
         self.machine = machine
@@ -146,6 +151,7 @@ class FakeSweep:
     def events(self) -> Iterator[Event]:
         self.started.set()
         configs = self.only or self.settings.trial_configs()
+        configs = [*configs, *(c for n in self.repeat for c in configs if c.num_workers == n)]
         yield SweepStarted(str(self.run_dir), self.machine, self.settings, tuple(configs), self.previous)
         t = 0.0
         done: list[TrialResult] = []
@@ -159,7 +165,9 @@ class FakeSweep:
             if trial is None:
                 break
             done.append(trial)
+            yield self._late_probe(index, t)  # the probes' tick after the workers exited: smaller, and stale
             yield TrialFinished(trial)
+            yield self._late_probe(index, t)
             if self._stop.is_set():
                 break
         interrupted = self._cancel.is_set() or self._stop.is_set()
@@ -173,6 +181,7 @@ class FakeSweep:
         pid = 10000 + 100 * index
         wpids = tuple(pid + k + 1 for k in range(nw))
         first = 0.12 + 0.05 * nw
+        yield TrialLaunched(index, total, config, pid)
         yield TrialStarted(index, total, config, pid, wpids, first)
         if nw in FAILS:
             return TrialResult(index, config, "failed", error=FAILS[nw], first_batch_s=first), t
@@ -262,10 +271,19 @@ class FakeSweep:
             gpu_unavailable=self.machine.gpu_unavailable,
         )
 
+    @staticmethod
+    def _late_probe(index: int, t: float) -> ProbeSample:
+        return ProbeSample(index, t + 0.1, (), 60.0, 0.0, 60.0, 60.0, 0.0, 5000.0, None, 3968.0)
+
     def _result(self, done: list[TrialResult], interrupted: bool, t: float) -> SweepResult:
         knee = rec = None
+        settings = self.settings
+        if self.only and self.previous is not None:  # the engine merges a row rerun into the run it reruns
+            again = {r.config for r in done}
+            done = [*(r for r in self.previous.trials if r.config not in again), *done]
+            settings = self.previous.settings
         best = next((r for r in done if r.config.num_workers == KNEE and r.status == "ok"), None)
-        if best is not None and not interrupted and self.only is None:
+        if best is not None and not interrupted:
             knee = Knee(KNEE, "kneedle", "within 5% of the best throughput from 4 workers on")
             rec = Recommendation(
                 config=best.config,
@@ -276,7 +294,7 @@ class FakeSweep:
             )
         return SweepResult(
             machine=self.machine,
-            settings=self.settings,
+            settings=settings,
             trials=tuple(done),
             knee=knee,
             recommendation=rec,
@@ -296,8 +314,10 @@ class FakeSweepFactory:
         machine: MachineInfo = NO_GPU_MACHINE,
         hold_at: int | None = None,
         event_delay: float = 0.0,
+        repeat: tuple[int, ...] = (),
     ) -> None:
         self.root = root
+        self.repeat = repeat
         self.machine = machine
         self.hold_at = hold_at
         self.event_delay = event_delay
@@ -320,6 +340,7 @@ class FakeSweepFactory:
             factor=1.0 + 0.08 * n,
             hold_at=self.hold_at if n == 0 else None,
             event_delay=self.event_delay,
+            repeat=self.repeat if n == 0 else (),
         )
         self.sweeps.append(sweep)
         return sweep

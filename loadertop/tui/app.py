@@ -1,8 +1,9 @@
 """The Textual app: runs sweeps in a thread worker and shows their event stream in panes.
 
 The sweep thread only iterates `sweep.events()` and posts messages. On the UI thread, each event is
-folded into a `SweepState` (O(1) for samples); the panes redraw from it on a 4 Hz timer that runs only
-while a sweep does, and the table only when a trial starts or ends.
+folded into a `SweepState` (O(1) for samples); the panes the samples touched are rebuilt on a 1 Hz timer that
+runs only while a sweep does (a pane whose text did not change is not repainted), the chart and the table only
+when a trial starts or ends. --json/--csv are written when a sweep ends, and on quit mid-sweep.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
-from loadertop.core.model.results import SweepResult
+from loadertop.core.model.results import SweepResult, TrialResult
 from loadertop.tui import outputs, ranges
 from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
 from loadertop.tui.state import SweepState
@@ -40,7 +41,9 @@ from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
 from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
 
 MIN_WIDTH, MIN_HEIGHT = 80, 24
-REFRESH_S = 0.25  # pane redraws while a sweep runs; stopped when it ends, so an idle app costs nothing
+# Pane redraws while a sweep runs: the probes tick at 2 Hz and blocks come about once a second, so 1 Hz shows
+# every block and keeps the monitor's CPU away from the trial it measures. Stopped when a sweep ends.
+REFRESH_S = 1.0
 LIGHT, DARK = "textual-light", "textual-dark"
 
 
@@ -82,6 +85,8 @@ class LoadertopApp(App[None]):
         previous: SweepResult | None = None,
         theme: str | None = None,
         autostart: bool = True,
+        json_path: Path | None = None,
+        csv_path: Path | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings  # what `r` reruns; `+`/`-` change its workers
@@ -96,6 +101,9 @@ class LoadertopApp(App[None]):
         self.messages: list[tuple[str, str]] = []  # (severity, text) of every notification, for tests
         self.exports: list[Path] = []
         self.snippet_path: Path | None = None
+        self.json_path, self.csv_path = json_path, csv_path
+        self.written: dict[Path, str | None] = {}  # --json/--csv: path -> None once written, else the error
+        self.quit_running = False  # the app ended while a sweep ran: its finished trials are written on exit
         self.quitting = threading.Event()  # the sweep thread stops posting once set
         self._dirty: set[str] = set()
         wanted = theme or os.environ.get("LOADERTOP_THEME", "")
@@ -140,7 +148,12 @@ class LoadertopApp(App[None]):
             f"terminal too small: {width}×{height}\nloadertop needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"
             "The sweep keeps running; q quits."
         )
-        self.header.refresh(layout=True)
+        # Some panes show more lines on a taller terminal; the chart and the table follow their own size.
+        for name, pane in self.panes.items():
+            if isinstance(pane, Pane):
+                pane.invalidate()
+                self._dirty.add(name)
+        self.flush()
 
     # ---- the sweep thread ----------------------------------------------------------------------
 
@@ -194,6 +207,25 @@ class LoadertopApp(App[None]):
         self.flush()
         if isinstance(event, SweepFinished):
             self._ticker.pause()
+            self._write_requested(event.result)
+
+    def _write_requested(self, result: SweepResult) -> None:
+        """--json/--csv, through the engine's writers; a failure is said here and, after exit, on stderr."""
+        written = outputs.write_requested(result, self.json_path, self.csv_path)
+        self.written.update(written)
+        for path, error in written.items():
+            if error is not None:
+                self.notify(f"cannot write {path}: {error}", severity="error", timeout=15)
+
+    def write_on_exit(self) -> None:
+        """After the app has exited: a sweep quit mid-way leaves --json/--csv of its finished trials, marked
+        interrupted, like the headless face (the engine's own result once it has stopped, else the table's)."""
+        if not self.quit_running:
+            return
+        sweep = self.sweep
+        result = sweep.result if sweep is not None and sweep.result is not None else self.state.snapshot()
+        if result is not None:
+            self._write_requested(result)
 
     def on_sweep_crashed(self, message: SweepCrashed) -> None:
         if message.generation != self.generation:
@@ -227,7 +259,10 @@ class LoadertopApp(App[None]):
         names = set(self.panes) if everything else self._dirty
         self._dirty = set()
         for name in names:
-            self.panes[name].update_view()
+            pane = self.panes[name]
+            if everything and isinstance(pane, Pane):
+                pane.invalidate()  # a theme or size change: same text, new look
+            pane.update_view()
 
     # ---- actions -------------------------------------------------------------------------------
 
@@ -273,11 +308,11 @@ class LoadertopApp(App[None]):
             return
         if self.state.paused:
             self.sweep.resume()
-            self.state.paused = False
+            self.state.set_paused(False)
             self.notify("resumed")
         else:
             self.sweep.pause()
-            self.state.paused = True
+            self.state.set_paused(True)
             self.notify("paused: the block being measured will be discarded")
         self._dirty.add("header")
         self.flush()
@@ -287,7 +322,7 @@ class LoadertopApp(App[None]):
             self.notify("no sweep is running", severity="warning")
             return
         self.sweep.stop_after_current()
-        self.state.stopping = True
+        self.state.stop_requested()
         self.notify("stopping after the current trial")
         self._dirty.add("header")
         self.flush()
@@ -375,6 +410,7 @@ class LoadertopApp(App[None]):
         self.pending = None
         if self.state.running and self.sweep is not None:
             self.sweep.cancel()
+            self.quit_running = True
             return True
         return False
 
@@ -384,10 +420,7 @@ class LoadertopApp(App[None]):
         if event.data_table is not self.table:
             return
         config = self.table.selected_config()
-        if config is None or config == self.state.selected:
-            return
-        self.state.selected = config
-        if self.state.live is None:  # while a trial runs, the panes follow it
+        if config is not None and self.state.select(config):  # while a trial runs, the panes follow it
             self._dirty |= {"memory", "live", "gpu"}
             self.flush()
 
@@ -398,8 +431,13 @@ def make_app(
     sweep_factory: SweepFactory | None = None,
     out_dir: Path | None = None,
     previous: SweepResult | None = None,
+    resume: Sequence[TrialResult] = (),
+    json_path: Path | None = None,
+    csv_path: Path | None = None,
     theme: str | None = None,
 ) -> LoadertopApp:
     """The one way to build the app: the CLI, the tests and the screenshot script all come here."""
-    factory = sweep_factory if sweep_factory is not None else engine_factory(out_dir)
-    return LoadertopApp(settings, sweep_factory=factory, previous=previous, theme=theme)
+    factory = sweep_factory if sweep_factory is not None else engine_factory(out_dir, resume)
+    return LoadertopApp(
+        settings, sweep_factory=factory, previous=previous, theme=theme, json_path=json_path, csv_path=csv_path
+    )

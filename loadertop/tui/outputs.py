@@ -1,4 +1,4 @@
-"""Files the app writes on request: exports (`e`) and the recommended snippet (`y`)."""
+"""Files the app writes on request: exports (`e`), the recommended snippet (`y`), and --json/--csv."""
 
 from __future__ import annotations
 
@@ -19,6 +19,21 @@ def export_all(result: SweepResult, run_dir: Path) -> list[Path]:
     writers.write_csv(result, paths["csv"])
     writers.write_markdown(result, paths["markdown"])
     return list(paths.values())
+
+
+def write_requested(result: SweepResult, json_path: Path | None, csv_path: Path | None) -> dict[Path, str | None]:
+    """--json/--csv with the engine's writers, as the headless face writes them: path -> None, or the error."""
+    from loadertop.core.engine import export as writers  # at call time: tests substitute the module
+
+    done: dict[Path, str | None] = {}
+    for path, write in ((json_path, writers.write_json), (csv_path, writers.write_csv)):
+        if path is not None:
+            try:
+                write(result, path)
+                done[path] = None
+            except OSError as error:  # the folder went away or filled up during the sweep
+                done[path] = error.strerror or str(error)
+    return done
 
 
 def write_snippet(rec: Recommendation, run_dir: Path) -> Path:

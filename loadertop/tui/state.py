@@ -2,15 +2,15 @@
 
 No Textual here: the panes read this model, and tests drive it with events directly. `apply()` returns
 the names of the panes an event made stale, so the app redraws only those, and only on its timer.
+The engine owns every judgement: at the end of a sweep (a row rerun included) its result is the whole picture.
 """
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
-from loadertop.core.engine.analysis import analyze
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.curves import curve_key, family_key, on_curve
 from loadertop.core.model.events import (
     Event,
     Notice,
@@ -18,113 +18,15 @@ from loadertop.core.model.events import (
     SweepFinished,
     SweepStarted,
     TrialFinished,
+    TrialLaunched,
     TrialProgress,
     TrialStarted,
 )
 from loadertop.core.model.results import Knee, MachineInfo, Recommendation, SweepResult, TrialResult
-
-HISTORY = 600  # samples kept per series: minutes at the default interval, a few hundred KB at most
-CLIMB_MB_PER_MIN = 1.0  # a worker whose USS grows faster than this, steadily, gets a warning
-CLIMB_MIN_SPAN_S = 10.0  # ...once it has been watched this long
+from loadertop.tui.trace import TrialTrace, push
 
 PANES = ("header", "gpu", "memory", "live", "chart", "table")
-
-
-@dataclass
-class WorkerMemory:
-    """One worker's USS, as the memory pane shows it."""
-
-    label: str
-    series: list[float]
-    now: float | None
-    slope: float | None  # MB/min
-    climbing: bool
-
-
-@dataclass
-class TrialTrace:
-    """Everything sampled while one trial ran, kept after it ends so a finished trial can be shown."""
-
-    index: int
-    config: TrialConfig
-    first_batch_s: float | None = None
-    start_t: float | None = None
-    samples_per_s: list[float] = field(default_factory=list)
-    batches_per_s: list[float] = field(default_factory=list)
-    busy: list[float] = field(default_factory=list)  # 1 - stall fraction, per progress block
-    spread: float | None = None
-    stall_fraction: float | None = None
-    elapsed_s: float = 0.0
-    worker_pids: list[int] = field(default_factory=list)
-    uss: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # pid -> (t, USS MB)
-    pss_mb: float | None = None
-    rss_mb: float | None = None
-    cpu_percent: float | None = None
-    gpu_util: dict[int, list[float]] = field(default_factory=dict)
-    gpu_mem_mb: dict[int, float] = field(default_factory=dict)
-    result: TrialResult | None = None
-
-    def workers(self) -> list[WorkerMemory]:
-        engine_slopes = self.result.worker_uss_slope_mb_per_min if self.result else ()
-        out = []
-        for i, pid in enumerate(self.worker_pids):
-            points = self.uss.get(pid, [])
-            # Our own slope from what the pane shows (so number and sparkline agree); the engine's when we
-            # have no samples (a result loaded from disk).
-            slope = _slope(points)
-            if slope is None and not points and i < len(engine_slopes):
-                slope = engine_slopes[i]
-            out.append(
-                WorkerMemory(
-                    label=f"w{i}",
-                    series=[v for _, v in points],
-                    now=points[-1][1] if points else None,
-                    slope=slope,
-                    climbing=_climbing(points, slope),
-                )
-            )
-        return out
-
-
-def family(config: TrialConfig) -> TrialConfig:
-    """The configuration with the worker count (and what applies only to workers) taken out."""
-    return replace(config, num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None)
-
-
-def _steady(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Drop the first third of the watched time: a worker grows while it imports and fills its first
-    batches, and that is not the leak-like growth the slope is for."""
-    if len(points) < 2:
-        return points
-    cut = points[0][0] + (points[-1][0] - points[0][0]) / 3
-    return [p for p in points if p[0] >= cut]
-
-
-def _slope(points: list[tuple[float, float]]) -> float | None:
-    """Least-squares USS slope in MB/min after warm-up; None until there are a few seconds of it."""
-    points = _steady(points)
-    if len(points) < 3 or points[-1][0] - points[0][0] < 3.0:
-        return None
-    n = len(points)
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    if var <= 0:
-        return None
-    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
-    return cov / var * 60.0
-
-
-def _climbing(points: list[tuple[float, float]], slope: float | None) -> bool:
-    """Steady growth, not one step: fast enough, watched long enough, several steps up and few down."""
-    if slope is None or slope < CLIMB_MB_PER_MIN or len(points) < 4:
-        return False
-    if points[-1][0] - points[0][0] < CLIMB_MIN_SPAN_S:
-        return False
-    values = [v for _, v in _steady(points)]
-    changes = [b - a for a, b in itertools.pairwise(values) if b != a]
-    rises = sum(c > 0 for c in changes)
-    return rises >= 3 and rises / len(changes) >= 0.75
+TRIAL_PANES = frozenset({"header", "gpu", "memory", "live"})  # what a running trial's samples change
 
 
 @dataclass
@@ -136,8 +38,7 @@ class Row:
     status: str = "pending"
     result: TrialResult | None = None
     baseline: TrialResult | None = None  # the same configuration in the run this one is compared with
-    runs: list[TrialResult] = field(default_factory=list)  # this sweep's measurements (finalists are repeated)
-    _before_rerun: tuple[str, TrialResult | None] | None = None
+    runs: list[TrialResult] = field(default_factory=list)  # this configuration's measurements (finalists repeat)
 
     def samples_per_s(self) -> float | None:
         """The mean over this sweep's runs of the configuration, as the recommendation quotes it."""
@@ -169,11 +70,11 @@ class SweepState:
         self.stopping = False
         self.error: str | None = None
         self.rows: list[Row] = []
-        self.traces: dict[TrialConfig, TrialTrace] = {}
+        # By (sweep, trial index): a row rerun numbers its trials from 0 again; earlier sweeps' stay viewable.
+        self.traces: dict[tuple[int, int], TrialTrace] = {}
         self.live: TrialTrace | None = None
         self.last: TrialTrace | None = None
         self.selected: TrialConfig | None = None
-        self.by_index: dict[int, TrialConfig] = {}
         self.total = 0
         self.current: int | None = None
         self.t = 0.0
@@ -181,13 +82,12 @@ class SweepState:
         self.gpu_recent: dict[int, list[float]] = {}
         self.gpu_unavailable: str | None = None
         self.busy_recent: list[float] = []
-        self.result: SweepResult | None = previous  # the latest whole picture (merged after a row rerun)
+        self.result: SweepResult | None = previous  # the latest whole picture, from the engine
         self.previous: SweepResult | None = previous  # what the running sweep is compared with
         self.notices: list[Notice] = []
         self.sweeps_started = 0
         if previous:
-            for trial in previous.trials:
-                self.rows.append(Row(trial.config, trial.status, trial))
+            self._take(previous)
 
     # ---- reading -------------------------------------------------------------------------------
 
@@ -226,12 +126,18 @@ class SweepState:
         return max(0.0, per_trial * remaining - into_current)
 
     def focus(self) -> TrialTrace | None:
-        """The trial the memory and live panes show: the running one, else the highlighted row's."""
+        """The trial the memory and live panes show: the running one, else the highlighted row's latest."""
         if self.live is not None:
             return self.live
-        if self.selected is not None and self.selected in self.traces:
-            return self.traces[self.selected]
+        if self.selected is not None:
+            shown = [key for key, t in self.traces.items() if t.config == self.selected]
+            if shown:
+                return self.traces[max(shown)]
         return self.last
+
+    def current_config(self) -> TrialConfig | None:
+        trace = self._trace(self.current)
+        return trace.config if trace is not None else None
 
     def row_for(self, config: TrialConfig) -> Row:
         for row in self.rows:
@@ -240,18 +146,16 @@ class SweepState:
         # An adaptive search adds configurations as it goes: slot them into their climb, not at the end.
         row = Row(config)
         self.rows.append(row)
-        families = list(dict.fromkeys(family(r.config) for r in self.rows))
-        self.rows.sort(key=lambda r: (families.index(family(r.config)), r.config.num_workers))
+        families = list(dict.fromkeys(family_key(r.config) for r in self.rows))
+        self.rows.sort(key=lambda r: (families.index(family_key(r.config)), r.config.num_workers))
         return row
 
     def is_knee(self, row: Row) -> bool:
         knee, rec = self.knee, self.recommendation
         if knee is None or knee.num_workers is None or row.config.num_workers != knee.num_workers:
             return False
-        if rec is None:
-            return True
-        # With several batch sizes (etc.) in the table, mark the knee on the recommended setting's climb.
-        return family(row.config) == family(rec.config)
+        # With several batch sizes (etc.) in the table, mark the knee on the recommended setting's curve.
+        return rec is None or on_curve(row.config, curve_key(rec.config))
 
     def is_recommended(self, row: Row) -> bool:
         rec = self.recommendation
@@ -263,7 +167,7 @@ class SweepState:
             return self.result
         if self.machine is None or self.settings is None:
             return self.result
-        trials = tuple(row.result for row in self.rows if row.result is not None)
+        trials = tuple(t for row in self.rows for t in (row.runs or ([row.result] if row.result else [])))
         return SweepResult(
             machine=self.machine,
             settings=self.settings,
@@ -275,7 +179,7 @@ class SweepState:
             wall_s=self.t,
         )
 
-    # ---- writing -------------------------------------------------------------------------------
+    # ---- writing: the app's requests -------------------------------------------------------------
 
     def begin(self, only: bool) -> None:
         """Called by the app just before it starts a sweep, so SweepStarted knows what kind it is."""
@@ -285,12 +189,34 @@ class SweepState:
         self.stopping = False
         self.error = None
 
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+
+    def stop_requested(self) -> None:
+        self.stopping = True
+
+    def select(self, config: TrialConfig) -> bool:
+        """The user highlighted a row; True when the panes must show it (no trial is running)."""
+        if config == self.selected:
+            return False
+        self.selected = config
+        return self.live is None
+
+    def crashed(self, message: str) -> None:
+        self.phase = "crashed"
+        self.error = message
+        self.live = None
+        for row in self.rows:
+            _settle(row, complete=False)
+
+    # ---- writing: the engine's events ------------------------------------------------------------
+
     def apply(self, event: Event) -> set[str]:
         if isinstance(event, ProbeSample):
             return self._probe(event)
         if isinstance(event, TrialProgress):
             return self._progress(event)
-        if isinstance(event, TrialStarted):
+        if isinstance(event, (TrialLaunched, TrialStarted)):
             return self._trial_started(event)
         if isinstance(event, TrialFinished):
             return self._trial_finished(event.result)
@@ -303,13 +229,6 @@ class SweepState:
             return {"header"}
         return set()
 
-    def crashed(self, message: str) -> None:
-        self.phase = "crashed"
-        self.error = message
-        self.live = None
-        for row in self.rows:
-            self._settle(row)
-
     def _sweep_started(self, event: SweepStarted) -> set[str]:
         self.sweeps_started += 1
         self.machine = event.machine
@@ -318,7 +237,6 @@ class SweepState:
         self.phase = "running"
         self.t = 0.0
         self.finish_times = []
-        self.by_index = {}
         self.total = len(event.planned)
         self.current = None
         self.live = None
@@ -330,7 +248,6 @@ class SweepState:
         if self.only:
             for config in dict.fromkeys(event.planned):
                 row = self.row_for(config)
-                row._before_rerun = (row.status, row.baseline)
                 if row.result is not None and row.result.status == "ok":
                     row.baseline = row.result
                 row.status = "queued"
@@ -342,133 +259,91 @@ class SweepState:
             self.selected = None
         return set(PANES)
 
-    def _trial_started(self, event: TrialStarted) -> set[str]:
-        self.by_index[event.index] = event.config
+    def _trial_started(self, event: TrialLaunched | TrialStarted) -> set[str]:
+        """TrialLaunched (the fork) makes the trial the running one; TrialStarted adds its workers. A repeated
+        configuration is a new trial with a new index: the panes follow it, not the finished first run."""
         self.total = max(self.total, event.total)
         self.current = event.index
-        trace = TrialTrace(
-            index=event.index,
-            config=event.config,
-            first_batch_s=event.first_batch_s,
-            start_t=self.t,
-            worker_pids=list(event.worker_pids),
-        )
-        self.traces[event.config] = trace
+        trace = self._trace(event.index)
+        if isinstance(event, TrialStarted) and trace is not None:  # launched before: the table already says so
+            trace.first_batch_s = event.first_batch_s
+            trace.worker_pids = list(dict.fromkeys([*event.worker_pids, *trace.worker_pids]))
+            return set(TRIAL_PANES)
+        trace = TrialTrace(index=event.index, config=event.config, start_t=self.t)
+        if isinstance(event, TrialStarted):  # an event stream without TrialLaunched
+            trace.first_batch_s = event.first_batch_s
+            trace.worker_pids = list(event.worker_pids)
+        self.traces[(self.sweeps_started, event.index)] = trace
         self.live = self.last = trace
         self.row_for(event.config).status = "running"
         return set(PANES) - {"chart"}
 
     def _progress(self, event: TrialProgress) -> set[str]:
         trace = self._trace(event.index)
-        if trace is None:
+        if trace is None or trace.result is not None:
             return set()
-        trace.samples_per_s = _push(trace.samples_per_s, event.samples_per_s)
-        trace.batches_per_s = _push(trace.batches_per_s, event.batches_per_s)
-        busy = 1.0 - event.stall_fraction
-        trace.busy = _push(trace.busy, busy)
-        self.busy_recent = _push(self.busy_recent, busy)
-        trace.spread = event.spread
-        trace.stall_fraction = event.stall_fraction
-        trace.elapsed_s = event.elapsed_s
+        trace.progress(event)
+        push(self.busy_recent, 1.0 - event.stall_fraction)
         return {"live", "gpu", "header"}
 
     def _probe(self, sample: ProbeSample) -> set[str]:
         self.t = max(self.t, sample.t)
-        dirty = {"header", "gpu"}
         for gpu in sample.gpus:
-            self.gpu_recent[gpu.index] = _push(self.gpu_recent.get(gpu.index, []), gpu.util_percent)
+            push(self.gpu_recent.setdefault(gpu.index, []), gpu.util_percent)
         if not sample.gpus and sample.gpu_unavailable:
             self.gpu_unavailable = sample.gpu_unavailable
-        trace = self._trace(sample.index) if sample.index is not None else None
-        if trace is None:
-            return dirty
-        for worker in sample.workers:
-            if worker.uss_mb is None:
-                continue
-            if worker.pid not in trace.worker_pids:
-                trace.worker_pids.append(worker.pid)
-            trace.uss[worker.pid] = _push(trace.uss.get(worker.pid, []), (sample.t, worker.uss_mb))
-        trace.pss_mb = sample.total_pss_mb if sample.total_pss_mb is not None else trace.pss_mb
-        trace.rss_mb = sample.rss_mb if sample.rss_mb is not None else trace.rss_mb
-        trace.cpu_percent = sample.cpu_percent
-        for gpu in sample.gpus:
-            trace.gpu_util[gpu.index] = _push(trace.gpu_util.get(gpu.index, []), gpu.util_percent)
-            trace.gpu_mem_mb[gpu.index] = gpu.mem_used_mb
-        return dirty | {"memory"}
+        trace = self._trace(sample.index)
+        if trace is None or not trace.probe(sample):
+            return {"header", "gpu"}
+        return {"header", "gpu", "memory"}
 
     def _trial_finished(self, result: TrialResult) -> set[str]:
-        config = self.by_index.get(result.index, result.config)
+        trace = self._trace(result.index)
+        config = trace.config if trace is not None else result.config
         row = self.row_for(config)
         row.runs.append(result)
         row.result = result
         row.status = result.status
-        row._before_rerun = None
-        trace = self.traces.get(config)
         if trace is not None:
             trace.result = result
-        if self.live is not None and self.live.config == config:
+        if self.live is trace:
             self.live = None
         self.finish_times.append(self.t)
         return set(PANES)
 
     def _sweep_finished(self, result: SweepResult) -> set[str]:
-        for trial in result.trials:
-            row = self.row_for(trial.config)
-            if row.result is None or row.status in ("queued", "running", "pending"):
-                row.result, row.status = trial, trial.status
+        """The engine's result is the whole picture: a row rerun's result has every row, judged together."""
+        self.result = result
+        self._take(result)
         for row in self.rows:
-            self._settle(row, complete=not result.interrupted)
-        if self.only and self.result is not None:
-            self.result = self._merged(self.result, result)
-        else:
-            self.result = result
+            _settle(row, complete=not result.interrupted)
         self.phase = "finished"
         self.live = None
         self.current = None
         self.paused = self.stopping = False
-        rec = self.result.recommendation
-        if rec is not None:
-            self.selected = rec.config
+        if result.recommendation is not None:
+            self.selected = result.recommendation.config
         return set(PANES)
 
-    def _merged(self, old: SweepResult, rerun: SweepResult) -> SweepResult:
-        """A row rerun's result holds only the rerun rows: fold them into the table and judge it whole again."""
-        results = [row.result for row in self.rows if row.result is not None]
-        trials = tuple(replace(t, index=i) for i, t in enumerate(results))
-        try:
-            knee, rec = analyze(trials, old.settings, rerun.machine)
-        except Exception:  # a judgement that fails must not take the table down: keep the last one
-            knee, rec = old.knee, old.recommendation
-        return SweepResult(
-            machine=rerun.machine,
-            settings=old.settings,
-            trials=trials,
-            knee=knee,
-            recommendation=rec,
-            run_dir=rerun.run_dir,
-            interrupted=rerun.interrupted,
-            wall_s=rerun.wall_s,
-        )
+    def _take(self, result: SweepResult) -> None:
+        """Rows from a result: one per configuration, its runs the result's trials of that configuration."""
+        runs: dict[TrialConfig, list[TrialResult]] = {}
+        for trial in result.trials:
+            runs.setdefault(trial.config, []).append(trial)
+        for config, trials in runs.items():
+            row = self.row_for(config)
+            row.runs, row.result, row.status = trials, trials[-1], trials[-1].status
 
-    def _settle(self, row: Row, complete: bool = False) -> None:
-        """A row the sweep never got to (or cut short) goes back to what it showed, or says so. In a sweep that
-        ran to its end, a planned row left pending is a rung the adaptive search found it did not need."""
-        if row.status == "queued" and row._before_rerun is not None:
-            row.status, row.baseline = row._before_rerun
-        elif row.status == "pending":
-            row.status = "not needed" if complete else "not run"
-        elif row.status == "running":
-            row.status = "interrupted"
-        row._before_rerun = None
-
-    def _trace(self, index: int) -> TrialTrace | None:
-        config = self.by_index.get(index)
-        return self.traces.get(config) if config is not None else None
+    def _trace(self, index: int | None) -> TrialTrace | None:
+        return self.traces.get((self.sweeps_started, index)) if index is not None else None
 
 
-def _push(series: list, value: object) -> list:
-    """Append, keeping at most HISTORY items (the panes render text from these, so in place is fine)."""
-    series.append(value)
-    if len(series) > HISTORY:
-        del series[: len(series) - HISTORY]
-    return series
+def _settle(row: Row, complete: bool) -> None:
+    """A row the sweep never got to (or cut short) says so. In a sweep that ran to its end, a planned row left
+    pending is a rung the adaptive search found it did not need; a queued rerun keeps what the row showed."""
+    if row.status == "queued" and row.result is not None:
+        row.status = row.result.status
+    elif row.status in ("pending", "queued"):
+        row.status = "not needed" if complete else "not run"
+    elif row.status == "running":
+        row.status = "interrupted"

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event
-from loadertop.core.model.results import SweepResult
+from loadertop.core.model.results import SweepResult, TrialResult
 
 
 class SweepLike(Protocol):
@@ -33,12 +33,16 @@ SweepFactory = Callable[[Settings, SweepResult | None, Sequence[TrialConfig] | N
 """(settings, previous, only) -> a sweep that has not started yet."""
 
 
-def engine_factory(out_dir: Path | None) -> SweepFactory:
-    """The real engine. Imported on first use so the UI (and its tests) load without it."""
+def engine_factory(out_dir: Path | None, resume: Sequence[TrialResult] = ()) -> SweepFactory:
+    """The real engine. Imported on first use so the UI (and its tests) load without it. `resume` (the finished
+    trials of a run being resumed) goes to the first sweep only: a later `r` measures afresh."""
+    kept = list(resume)
 
     def make(settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None) -> SweepLike:
         from loadertop.core.engine import Sweep
 
-        return Sweep(settings, out_dir=out_dir, previous=previous, only=only)
+        reuse = tuple(kept)
+        kept.clear()
+        return Sweep(settings, out_dir=out_dir, previous=previous, only=only, resume=reuse)
 
     return make

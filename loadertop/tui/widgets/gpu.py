@@ -29,7 +29,7 @@ class GpuPane(Pane):
     def title(self) -> str:
         return "GPU utilization" if self.has_gpus() else "GPU · consumer busy"
 
-    def render(self) -> Content:
+    def view(self) -> Content:
         state = self.state
         width = max(self.content_size.width, 20)
         trace = state.focus()

@@ -12,7 +12,7 @@ from loadertop.tui.widgets.pane import Pane
 class HeaderPane(Pane):
     status_line: Content | None = None  # the last export/snippet paths, set by the app
 
-    def render(self) -> Content:
+    def view(self) -> Content:
         state = self.state
         lines = [self._machine_line(state.machine), self._progress_line()]
         rec = state.recommendation
@@ -69,9 +69,10 @@ class HeaderPane(Pane):
             workload = f"{dataset} · bs {batch} · workers {workers}{step}  "
         parts: list[str | tuple[str, str]] = [(workload, "dim")]
         if state.phase == "running":
-            if state.current is not None and state.current in state.by_index:
+            config = state.current_config()
+            if state.current is not None and config is not None:
                 parts.append((f"trial {state.current + 1}/{state.total}", "bold"))
-                parts.append(f" {state.by_index[state.current].label()}")
+                parts.append(f" {config.label()}")
             else:
                 parts.append(f"starting ({state.total} trials planned)")
             parts.append(f" · {fmt.clock(state.t)} elapsed · ~{fmt.clock(state.eta())} left")

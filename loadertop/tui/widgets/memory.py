@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.tui import fmt
-from loadertop.tui.state import WorkerMemory
+from loadertop.tui.trace import WorkerMemory
 from loadertop.tui.widgets.pane import Pane
 
 
@@ -20,7 +20,7 @@ class MemoryPane(Pane):
         when = "" if self.state.live is trace else " (done)"
         return f"Memory · trial {trace.index + 1} w={trace.config.num_workers}{when}"
 
-    def render(self) -> Content:
+    def view(self) -> Content:
         trace = self.state.focus()
         width, height = max(self.content_size.width, 20), max(self.content_size.height, 2)
         if trace is None:

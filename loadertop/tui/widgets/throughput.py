@@ -10,9 +10,10 @@ from textual.content import Content
 from textual_plotext import PlotextPlot
 
 from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.curves import family_key
 from loadertop.core.model.results import TrialResult
 from loadertop.tui import fmt
-from loadertop.tui.state import SweepState, family
+from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
 
 
@@ -27,7 +28,7 @@ class LivePane(Pane):
             return f"Throughput · trial {trace.index + 1}/{self.state.total} {trace.config.label()}"
         return f"Throughput · trial {trace.index + 1} {trace.config.label()} (done)"
 
-    def render(self) -> Content:
+    def view(self) -> Content:
         trace = self.state.focus()
         width = max(self.content_size.width, 20)
         if trace is None:
@@ -80,72 +81,77 @@ class ThroughputChart(PlotextPlot):
 
     def update_view(self) -> None:
         state = self.state
-        plt = self.plt
-        plt.clear_data()
-        plt.clear_figure()
+        self.plt.clear_data()
+        self.plt.clear_figure()
         # Short panes keep every row for the curves: the title carries the legend instead.
         legend = self.size.height >= 14
-        # Points are rows, so a finalist measured twice is plotted at its mean, as the table shows it.
-        ok = [
-            (r.result, rate)
-            for r in state.rows
-            if r.result is not None and r.status == "ok" and (rate := r.samples_per_s())
-        ]
-        if not ok:
+        families = _families(state)
+        if not families:
             self.border_title = "samples/s vs num_workers: drawn as trials finish"
             self.refresh()
             return
-        rec = state.recommendation
-        knee = state.knee
-        families: dict[TrialConfig, list[tuple[TrialResult, float]]] = defaultdict(list)
-        for result, rate in ok:
-            families[family(result.config)].append((result, rate))
-        main = family(rec.config) if rec else max(families, key=lambda f: len(families[f]))
-        previous = state.previous
-        has_previous = False
-        if previous is not None and previous is not state.result:
-            old = sorted(
-                (t for t in previous.trials if t.status == "ok" and t.samples_per_s and family(t.config) == main),
-                key=lambda t: t.config.num_workers,
-            )
-            if old:
-                has_previous = True
-                xs = [t.config.num_workers for t in old]
-                ys = [t.samples_per_s for t in old]
-                plt.plot(xs, ys, marker=".", color="gray", label="previous" if legend else None)
-        colors = ["cyan", "magenta", "blue", "yellow"]
-        for n, (fam, results) in enumerate(sorted(families.items(), key=lambda kv: kv[0] != main)[:4]):
-            results.sort(key=lambda point: point[0].config.num_workers)
-            xs = [t.config.num_workers for t, _ in results]
-            label = "samples/s" if fam == main else fam.label().replace("w=0 ", "")
-            ys = [rate for _, rate in results]
-            plt.plot(xs, ys, marker="braille", color=colors[n], label=label if legend or fam != main else None)
-        mains = sorted((t for t, _ in families[main]), key=lambda t: t.config.num_workers)
-        pss = [(t.config.num_workers, t.total_pss_mb) for t in mains if t.total_pss_mb is not None]
-        if pss:
-            xs, ys = zip(*pss, strict=True)
-            plt.plot(xs, ys, marker="•", color="green", yside="right", label="PSS MB" if legend else None)
-        has_knee = knee is not None and knee.num_workers is not None
+        rec, knee = state.recommendation, state.knee
+        main = family_key(rec.config) if rec else max(families, key=lambda f: len(families[f]))
+        has_previous = self._plot_previous(main, legend)
+        has_pss = self._plot_curves(families, main, legend)
         if knee is not None and knee.num_workers is not None:
-            plt.vline(knee.num_workers, color="orange")
+            self.plt.vline(knee.num_workers, color="orange")
         if rec is not None:
-            plt.scatter(
-                [rec.config.num_workers],
-                [rec.samples_per_s],
-                marker="★",
-                color="red",
-                label="recommended" if legend else None,
-            )
-        plt.xticks(sorted({t.config.num_workers for t, _ in ok}))
+            label = "recommended" if legend else None
+            self.plt.scatter([rec.config.num_workers], [rec.samples_per_s], marker="★", color="red", label=label)
+        self.plt.xticks(sorted({t.config.num_workers for points in families.values() for t, _ in points}))
         if legend:
-            plt.xlabel("num_workers")
-            plt.ylabel("PSS MB", yside="right")
+            self.plt.xlabel("num_workers")
+            self.plt.ylabel("PSS MB", yside="right")
         title = "samples/s vs num_workers"
         if not legend:
-            title += " · • PSS MB (right)" if pss else ""
+            title += " · • PSS MB (right)" if has_pss else ""
             title += " · … previous" if has_previous else ""
             title += " · ★ recommended" if rec is not None else ""
-        if has_knee and knee is not None:
+        if knee is not None and knee.num_workers is not None:
             title += f" · | knee {knee.num_workers}"
         self.border_title = title
         self.refresh()
+
+    def _plot_previous(self, main: TrialConfig, legend: bool) -> bool:
+        """The compared-with run's main family in gray; False when there is none."""
+        previous = self.state.previous
+        if previous is None or previous is self.state.result:
+            return False
+        old = sorted(
+            (t for t in previous.trials if t.status == "ok" and t.samples_per_s and family_key(t.config) == main),
+            key=lambda t: t.config.num_workers,
+        )
+        if not old:
+            return False
+        xs, ys = [t.config.num_workers for t in old], [t.samples_per_s for t in old]
+        self.plt.plot(xs, ys, marker=".", color="gray", label="previous" if legend else None)
+        return True
+
+    def _plot_curves(self, families: dict[TrialConfig, list[Point]], main: TrialConfig, legend: bool) -> bool:
+        """Up to four families, the main one first, and its PSS on the right axis; True when PSS was drawn."""
+        colors = ["cyan", "magenta", "blue", "yellow"]
+        for n, (fam, points) in enumerate(sorted(families.items(), key=lambda kv: kv[0] != main)[:4]):
+            label = "samples/s" if fam == main else fam.label().replace("w=0 ", "")
+            xs, ys = [t.config.num_workers for t, _ in points], [rate for _, rate in points]
+            self.plt.plot(xs, ys, marker="braille", color=colors[n], label=label if legend or fam != main else None)
+        pss = [(t.config.num_workers, t.total_pss_mb) for t, _ in families[main] if t.total_pss_mb is not None]
+        if pss:
+            xs, ys = zip(*pss, strict=True)
+            self.plt.plot(xs, ys, marker="•", color="green", yside="right", label="PSS MB" if legend else None)
+        return bool(pss)
+
+
+Point = tuple[TrialResult, float]
+
+
+def _families(state: SweepState) -> dict[TrialConfig, list[Point]]:
+    """Finished ok rows by family, each sorted by workers. Points are rows, so a finalist measured twice is
+    plotted at its mean, as the table shows it."""
+    families: dict[TrialConfig, list[Point]] = defaultdict(list)
+    for row in state.rows:
+        if row.result is not None and row.status == "ok" and (rate := row.samples_per_s()):
+            families[family_key(row.config)].append((row.result, rate))
+    for points in families.values():
+        points.sort(key=lambda point: point[0].config.num_workers)
+    return dict(families)
