@@ -32,7 +32,8 @@ async def test_a_real_two_trial_sweep(runs: Path, no_leftovers: None) -> None:
         header = app.query_one(HeaderPane).render().plain
         assert result.recommendation.snippet in header
         assert app.state.traces  # the live panes got samples
-        trace = app.state.traces[result.trials[1].config]
+        trace = app.state.trace(result.trials[1].index)
+        assert trace is not None
         assert trace.batches_per_s and trace.worker_pids
         await pilot.press("e")
         assert all(p.exists() for p in app.exports)

@@ -226,7 +226,7 @@ def test_a_finished_trial_shows_its_result_and_ignores_late_probes(tmp_path: Pat
         assert trace.pss_mb == result.total_pss_mb and trace.rss_mb == result.rss_mb
         if result.status == "ok":
             assert [w.now for w in trace.workers()] == list(result.worker_uss_mb)
-    trace = state.traces[(1, 4)]
+    trace = state.trace(4)
     before = ([w.series[:] for w in trace.workers()], trace.sampled_pss_mb)
     state.apply(ProbeSample(4, 99.0, (), 60.0, 0.0, 60.0, 60.0, 0.0, 5000.0, None, None))
     assert ([w.series for w in trace.workers()], trace.sampled_pss_mb) == before

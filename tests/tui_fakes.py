@@ -4,8 +4,8 @@ pause the way the engine promises, so pressing those keys in a test means someth
 Seven trials (0,1,2,3,4,6,8 workers) on a 2-CPU machine with a knee at 4; 8 workers fails (/dev/shm);
 the last worker of each trial grows its USS steadily; `repeat` measures some worker counts again at the end, as
 the engine repeats its finalists. A row rerun (`only` with `previous`) ends with the whole merged result, as the
-engine's does. Each trial's process exits before its TrialFinished: a late probe tick then sees no workers. Sweep time advances 1.5 s per block, not wall time,
-so what the screen shows does not depend on how fast the test machine is.
+engine's does. Each trial's workers exit before its TrialFinished: a late probe tick then sees none. Sweep time
+advances 1.5 s per block, not wall time, so what the screen shows does not depend on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -213,8 +213,14 @@ class FakeSweep:
             self.held.clear()
             if self._cancel.is_set():
                 return None, t
+        return self._ok(index, config, sps, stall, first, uss), t
+
+    def _ok(
+        self, index: int, config: TrialConfig, sps: float, stall: float, first: float, uss: tuple[float, ...]
+    ) -> TrialResult:
+        nw = config.num_workers
         pss, rss = self._memory(nw, uss)
-        result = TrialResult(
+        return TrialResult(
             index=index,
             config=config,
             status="ok",
@@ -236,7 +242,6 @@ class FakeSweep:
             warmup_batches=(config.prefetch_factor or 0) * nw + nw,
             stable=nw != 1,
         )
-        return result, t
 
     @staticmethod
     def _memory(nw: int, uss: tuple[float, ...]) -> tuple[float, float]:

@@ -136,7 +136,7 @@ class SweepState:
         return self.last
 
     def current_config(self) -> TrialConfig | None:
-        trace = self._trace(self.current)
+        trace = self.trace(self.current)
         return trace.config if trace is not None else None
 
     def row_for(self, config: TrialConfig) -> Row:
@@ -264,7 +264,7 @@ class SweepState:
         configuration is a new trial with a new index: the panes follow it, not the finished first run."""
         self.total = max(self.total, event.total)
         self.current = event.index
-        trace = self._trace(event.index)
+        trace = self.trace(event.index)
         if isinstance(event, TrialStarted) and trace is not None:  # launched before: the table already says so
             trace.first_batch_s = event.first_batch_s
             trace.worker_pids = list(dict.fromkeys([*event.worker_pids, *trace.worker_pids]))
@@ -279,7 +279,7 @@ class SweepState:
         return set(PANES) - {"chart"}
 
     def _progress(self, event: TrialProgress) -> set[str]:
-        trace = self._trace(event.index)
+        trace = self.trace(event.index)
         if trace is None or trace.result is not None:
             return set()
         trace.progress(event)
@@ -292,13 +292,13 @@ class SweepState:
             push(self.gpu_recent.setdefault(gpu.index, []), gpu.util_percent)
         if not sample.gpus and sample.gpu_unavailable:
             self.gpu_unavailable = sample.gpu_unavailable
-        trace = self._trace(sample.index)
+        trace = self.trace(sample.index)
         if trace is None or not trace.probe(sample):
             return {"header", "gpu"}
         return {"header", "gpu", "memory"}
 
     def _trial_finished(self, result: TrialResult) -> set[str]:
-        trace = self._trace(result.index)
+        trace = self.trace(result.index)
         config = trace.config if trace is not None else result.config
         row = self.row_for(config)
         row.runs.append(result)
@@ -334,7 +334,8 @@ class SweepState:
             row = self.row_for(config)
             row.runs, row.result, row.status = trials, trials[-1], trials[-1].status
 
-    def _trace(self, index: int | None) -> TrialTrace | None:
+    def trace(self, index: int | None) -> TrialTrace | None:
+        """The running (or last) sweep's trial `index`, as sampled."""
         return self.traces.get((self.sweeps_started, index)) if index is not None else None
 
 
