@@ -269,7 +269,7 @@ class SweepState:
             trace.first_batch_s = event.first_batch_s
             trace.worker_pids = list(dict.fromkeys([*event.worker_pids, *trace.worker_pids]))
             return set(TRIAL_PANES)
-        trace = TrialTrace(index=event.index, config=event.config, start_t=self.t)
+        trace = TrialTrace(index=event.index, config=event.config)
         if isinstance(event, TrialStarted):  # an event stream without TrialLaunched
             trace.first_batch_s = event.first_batch_s
             trace.worker_pids = list(event.worker_pids)

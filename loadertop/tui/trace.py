@@ -37,13 +37,11 @@ class TrialTrace:
     index: int
     config: TrialConfig
     first_batch_s: float | None = None
-    start_t: float | None = None
     samples_per_s: list[float] = field(default_factory=list)
     batches_per_s: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)  # 1 - stall fraction, per progress block
     spread: float | None = None
     stall_fraction: float | None = None
-    elapsed_s: float = 0.0
     worker_pids: list[int] = field(default_factory=list)
     uss: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # pid -> (t, USS MB)
     sampled_pss_mb: float | None = None
@@ -65,7 +63,6 @@ class TrialTrace:
         push(self.busy, 1.0 - event.stall_fraction)
         self.spread = event.spread
         self.stall_fraction = event.stall_fraction
-        self.elapsed_s = event.elapsed_s
 
     def probe(self, sample: ProbeSample) -> bool:
         """Take in one probe tick; False (and nothing changed) once the trial has finished."""
