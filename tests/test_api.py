@@ -63,7 +63,7 @@ def test_no_pickle_is_left_behind_when_the_dump_fails(temp_dir: Path, runs: Path
 
 
 def test_no_pickle_is_left_behind_when_the_settings_are_wrong(temp_dir: Path, runs: Path) -> None:
-    with pytest.raises(UsageError, match="--tolerance"):
+    with pytest.raises(loadertop.UsageError, match="--tolerance"):  # the name API users catch
         loadertop.sweep(Squares(), workers=[0], tolerance=5, out_dir=runs)
     assert list(temp_dir.iterdir()) == []
 
