@@ -8,6 +8,7 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from loadertop.core.engine import sweep as sweep
+    from loadertop.core.model.config import UsageError as UsageError
 
 
 def __getattr__(name: str) -> Any:
@@ -16,4 +17,8 @@ def __getattr__(name: str) -> Any:
         from loadertop.core.engine import sweep
 
         return sweep
+    if name == "UsageError":  # what loadertop.sweep(...) raises for bad input
+        from loadertop.core.model.config import UsageError
+
+        return UsageError
     raise AttributeError(name)

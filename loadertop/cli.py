@@ -9,17 +9,10 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from loadertop import __version__
-from loadertop.core.model.config import (
-    Settings,
-    UsageError,
-    parse_bool_list,
-    parse_int_list,
-    parse_start_methods,
-    parse_workers,
-)
+from loadertop.core.model.config import Option, Settings, UsageError, settings_options
 from loadertop.core.model.results import SweepResult, TrialResult
 
 EXIT_USAGE = 2
@@ -69,96 +62,34 @@ def build_parser() -> Parser:
     face.add_argument("--resume", type=Path, metavar="RUN",
                       help="keep the trials a run folder finished (same dataset); measure only the rest")  # fmt: skip
 
-    what = p.add_argument_group("what to measure")
-    what.add_argument("--dataset", default="synthetic", metavar="SPEC", help="dataset spec (default: synthetic)")
-    what.add_argument("--dataset-arg", action="append", default=[], metavar="KEY=VALUE",
-                      help="keyword argument for the dataset factory (repeatable)")  # fmt: skip
-    what.add_argument("--workers", default="auto", metavar="SPEC",
-                      help="num_workers: 0-16, 0,2,4,8, auto (default; adaptive: to 64, grid: a ladder)")  # fmt: skip
-    what.add_argument("--batch-size", default="32", metavar="LIST", help="batch sizes, e.g. 32,128 (default 32)")
-    what.add_argument("--prefetch-factor", default="2", metavar="LIST", help="prefetch factors (default 2)")
-    what.add_argument("--pin-memory", default="off", metavar="on,off", help="pin_memory values (default off)")
-    what.add_argument("--persistent-workers", default="off", metavar="on,off",
-                      help="persistent_workers values; each trial also measures the epoch boundary")  # fmt: skip
-    what.add_argument("--start-method", metavar="LIST", help="fork,forkserver,spawn (default: this Python's default)")
-    what.add_argument("--in-order", default="on", metavar="on,off",
-                      help="DataLoader in_order values (off: batches as workers finish; torch >= 2.6)")  # fmt: skip
-    what.add_argument("--step-ms", type=float, default=0.0, metavar="MS",
-                      help="emulated training step per batch (CUDA: copy + kernel; CPU: sleep)")  # fmt: skip
-    what.add_argument("--consumer", default="", metavar="SPEC",
-                      help="your training step, module:callable or file.py:callable taking a batch; its time "
-                           "is the step time of the stall fraction (replaces --step-ms)")  # fmt: skip
-    what.add_argument("--ranks", type=int, default=1, metavar="R",
-                      help="run R loader replicas at once, as torchrun --nproc-per-node R would (gloo, "
-                           "DistributedSampler); workers are per rank (default 1)")  # fmt: skip
-    what.add_argument("--search", default="adaptive", choices=["adaptive", "grid"],
-                      help="adaptive (default): climb, bisect, repeat the finalists; grid: all of them")  # fmt: skip
-
-    how = p.add_argument_group("how to measure")
-    how.add_argument("--trial-seconds", type=float, default=8.0, metavar="S",
-                     help="time budget per trial, from its first batch (default 8)")  # fmt: skip
-    how.add_argument("--trial-timeout", type=float, default=60.0, metavar="S", help="fail trials stuck for S s")
-    how.add_argument("--mem-floor", default="", metavar="SIZE",
-                     help="free memory no trial may take: 4GiB, 512MiB or 10%%; 0 = off "
-                          "(default: the larger of 10%% of memory and 2 GiB)")  # fmt: skip
-    how.add_argument("--files-per-sample", type=int, default=1, metavar="N",
-                     help="open files one sample holds (for the ulimit -n warning; default 1)")  # fmt: skip
-    how.add_argument("--interval", type=float, default=0.5, metavar="S", help="probe interval (default 0.5)")
-    how.add_argument("--tolerance", type=float, default=0.05, metavar="F", help="noise band, as a fraction (0.05)")
-    how.add_argument("--no-skip-warmup", action="store_true",
-                     help="count the start-up prefetch buffer as throughput (to see how much it inflates)")  # fmt: skip
+    add_settings(p)
     return p
 
 
+def add_settings(parser: argparse.ArgumentParser) -> None:
+    """One flag per Settings field that has one, from the field's Option (flag, help, metavar, choices): the
+    parser holds no default of its own, so a flag not given reaches build_settings as None."""
+    by_group: dict[str, list[Option]] = {}
+    for _, opt in settings_options():
+        if opt.flag:
+            by_group.setdefault(opt.group, []).append(opt)
+    for title, opts in by_group.items():
+        group = parser.add_argument_group(title)
+        for opt in opts:
+            spec: dict[str, Any] = {"dest": opt.key, "default": None, "help": opt.help.replace("%", "%%")}
+            if opt.const is not None:
+                spec.update(action="store_const", const=opt.const)
+            else:
+                spec.update(metavar=opt.metavar, action="append" if opt.kind == "pairs" else "store")
+            if opt.choices:
+                spec["choices"] = opt.choices
+            group.add_argument(opt.flag, **spec)
+
+
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    from loadertop.core.machine.facts import usable_cpus
+    from loadertop.core.engine import build_settings
 
-    for name in ("step_ms", "trial_seconds", "trial_timeout", "interval", "tolerance"):
-        value = getattr(args, name)
-        if not value >= 0 or (name != "step_ms" and value == 0):
-            raise UsageError(f"--{name.replace('_', '-')} {value:g}: must be a positive number")
-    if args.tolerance >= 1:
-        raise UsageError(f"--tolerance {args.tolerance:g}: a fraction below 1, such as 0.05")
-    if args.files_per_sample < 1:
-        raise UsageError(f"--files-per-sample {args.files_per_sample}: must be at least 1")
-    if not 1 <= args.ranks <= 64:
-        raise UsageError(f"--ranks {args.ranks}: from 1 to 64 ranks")
-    if args.consumer and args.step_ms:
-        raise UsageError("--consumer runs your own step; drop --step-ms (it emulates one)")
-    from loadertop.core.machine.guards import memory_total_mb, parse_mem_floor
-
-    parse_mem_floor(args.mem_floor, memory_total_mb())  # one line now rather than a traceback later
-    dataset_args = []
-    for item in args.dataset_arg:
-        key, sep, value = item.partition("=")
-        if not sep or not key.isidentifier():
-            raise UsageError(f"--dataset-arg {item!r}: expected KEY=VALUE")
-        dataset_args.append((key, value))
-    kwargs = {}
-    if args.start_method:
-        kwargs["start_methods"] = parse_start_methods(args.start_method)
-    return Settings(
-        dataset=args.dataset,
-        dataset_args=tuple(dataset_args),
-        workers=parse_workers(args.workers, max(1, usable_cpus() // args.ranks), args.search),  # per rank
-        batch_sizes=parse_int_list(args.batch_size, "--batch-size"),
-        prefetch_factors=parse_int_list(args.prefetch_factor, "--prefetch-factor"),
-        pin_memory=parse_bool_list(args.pin_memory, "--pin-memory"),
-        persistent_workers=parse_bool_list(args.persistent_workers, "--persistent-workers"),
-        in_order=parse_bool_list(args.in_order, "--in-order"),
-        step_ms=args.step_ms,
-        consumer=args.consumer,
-        ranks=args.ranks,
-        trial_seconds=args.trial_seconds,
-        trial_timeout=args.trial_timeout,
-        mem_floor=args.mem_floor,
-        files_per_sample=args.files_per_sample,
-        interval=args.interval,
-        tolerance=args.tolerance,
-        skip_warmup=not args.no_skip_warmup,
-        search=args.search,
-        **kwargs,
-    )
+    return build_settings({opt.key: getattr(args, opt.key) for _, opt in settings_options() if opt.flag})
 
 
 def check_writable(path: Path | None, flag: str) -> None:
@@ -182,14 +113,10 @@ def check_writable(path: Path | None, flag: str) -> None:
     os.unlink(tmp)
 
 
-def runs_from_args(
-    args: argparse.Namespace, settings: Settings, headless: bool
-) -> tuple[SweepResult | None, list[TrialResult]]:
+def runs_from_args(args: argparse.Namespace, settings: Settings) -> tuple[SweepResult | None, list[TrialResult]]:
     """`--compare RUN` as a SweepResult and `--resume RUN` as its finished trials; UsageError when unusable."""
     from loadertop.core.engine import read_run, read_settings, read_trials_strict
 
-    if args.resume is not None and not headless:
-        raise UsageError("--resume works with --headless (the TUI cannot resume a run yet)")
     previous = kept = None
     try:
         if args.compare is not None:
@@ -220,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.json is not None and args.csv is not None and args.json.resolve() == args.csv.resolve():
             raise UsageError(f"--json and --csv both name {args.json}: one would overwrite the other")
         headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
-        previous, kept = runs_from_args(args, settings, headless)
+        previous, kept = runs_from_args(args, settings)
         if headless:
             from loadertop.headless import run_headless
 
@@ -230,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
             )  # fmt: skip
         from loadertop.tui import run_tui
 
-        return run_tui(settings, out_dir=args.out, previous=previous)
+        return run_tui(
+            settings, out_dir=args.out, previous=previous, resume=kept, json_path=args.json, csv_path=args.csv
+        )
     except UsageError as exc:
         if args.debug:
             raise

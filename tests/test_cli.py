@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from loadertop import __version__
+from loadertop.core.model.config import settings_options
 
 
 def loadertop(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -29,6 +30,11 @@ def test_version_and_help() -> None:
     assert out.returncode == 0
     for flag in ("--headless", "--json", "--csv", "--dataset", "--workers", "--search", "--step-ms", "--trial-seconds"):
         assert flag in out.stdout
+    # Every setting's flag and help come from its Settings field (loadertop.core.model.config.Option).
+    flat = " ".join(out.stdout.split())
+    for _, opt in settings_options():
+        if opt.flag:
+            assert opt.flag in flat and " ".join(opt.help.split()[:4]) in flat, opt.flag
 
 
 @pytest.mark.parametrize(
@@ -45,6 +51,11 @@ def test_version_and_help() -> None:
         (["--json", "/nonexistent-dir/out.json"], "does not exist"),
         (["--no-such-flag"], "unrecognized arguments"),
         (["--dataset-arg", "novalue"], "KEY=VALUE"),
+        (["--ranks", "0"], "--ranks"),
+        (["--consumer", "steps:train", "--step-ms", "5"], "drop --step-ms"),
+        (["--mem-floor", "lots"], "--mem-floor"),
+        (["--files-per-sample", "0"], "--files-per-sample"),
+        (["--search", "random"], "invalid choice"),
     ],
 )
 def test_bad_usage_is_one_line_and_exit_2(args: list[str], needle: str) -> None:

@@ -5,12 +5,14 @@ from loadertop.core.engine import export
 from loadertop.core.engine.api import sweep
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.runfolder import read_run, read_settings, read_trials_strict
+from loadertop.core.engine.settings import build_settings
 from loadertop.core.engine.table import HEADERS, RSS_FOOTNOTE, marks, num, pct, trial_cells
 
 __all__ = [
     "HEADERS",
     "RSS_FOOTNOTE",
     "Sweep",
+    "build_settings",
     "export",
     "marks",
     "num",

@@ -2,70 +2,55 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from loadertop.core.engine.driver import Sweep
-from loadertop.core.machine.facts import usable_cpus
-from loadertop.core.model.config import Settings, UsageError, default_start_method, parse_workers
+from loadertop.core.engine.settings import build_settings
+from loadertop.core.model.config import UsageError
 from loadertop.core.model.events import Event
 from loadertop.core.model.results import SweepResult
 
 
 def sweep(
-    dataset: str | Callable[..., Any] | Any = "synthetic",
+    dataset: str | Callable[..., Any] | Any = None,
     *,
-    workers: str | Sequence[int] = "auto",
-    batch_size: int | Sequence[int] = 32,
-    prefetch_factor: int | Sequence[int] = 2,
-    pin_memory: bool | Sequence[bool] = False,
-    persistent_workers: bool | Sequence[bool] = False,
-    start_method: str | Sequence[str] | None = None,
-    step_ms: float = 0.0,
-    trial_seconds: float = 8.0,
     out_dir: str | Path | None = None,
     on_event: Callable[[Event], None] | None = None,
-    **settings: Any,
+    **options: Any,
 ) -> SweepResult:
     """Measure DataLoader configurations for `dataset` on this machine.
 
     `dataset` is a spec string (`"synthetic:io_ms=5"`, `"pkg.mod:make"`, `"train.py:make"`), a module-level
-    factory function, or a picklable Dataset instance. Each trial runs in its own process group; the
-    call blocks until the sweep ends and returns its SweepResult (`.to_dict()` is the JSON export).
+    factory function, or a picklable Dataset instance (default: the synthetic dataset). `options` are the command
+    line's flags as keywords, with the same defaults and checks (`loadertop --help`): `workers="0-8"` or
+    `[0, 2, 4]`, `batch_size=[32, 64]`, `pin_memory=True`, `search="grid"`, `ranks=2`, `tolerance=0.1`,
+    `dataset_args={"root": "/data"}`, `skip_warmup=False`, ...; bad values raise UsageError. Each trial runs in its
+    own process group; the call blocks until the sweep ends and returns its SweepResult (`.to_dict()` is the JSON
+    export).
     """
-    spec, kept = dataset_spec(dataset)
-    config = Settings(
-        dataset=spec,
-        workers=parse_workers(workers, usable_cpus()) if isinstance(workers, str) else tuple(sorted(set(workers))),
-        batch_sizes=_tuple(batch_size),
-        prefetch_factors=_tuple(prefetch_factor),
-        pin_memory=_tuple(pin_memory),
-        persistent_workers=_tuple(persistent_workers),
-        start_methods=_tuple(start_method) if start_method else (default_start_method(),),
-        step_ms=step_ms,
-        trial_seconds=trial_seconds,
-    )
-    config = dataclasses.replace(config, **settings)
+    spec, temporary = dataset_spec(dataset)
     try:
-        runner = Sweep(config, out_dir=Path(out_dir) if out_dir else None)
+        settings = build_settings({**options, "dataset": spec})
+        runner = Sweep(settings, out_dir=Path(out_dir) if out_dir else None)
         for event in runner.events():
             if on_event is not None:
                 on_event(event)
         assert runner.result is not None
         return runner.result
     finally:
-        if kept is not None:
-            kept.unlink(missing_ok=True)
+        if temporary is not None:
+            temporary.unlink(missing_ok=True)
 
 
-def dataset_spec(dataset: Any) -> tuple[str, Path | None]:
-    """A spec string for what the runner must build, and a temporary file to delete afterwards (if any)."""
-    if isinstance(dataset, str):
+def dataset_spec(dataset: Any) -> tuple[str | None, Path | None]:
+    """A spec string for what the runner must build (None: the default), and a temporary file to delete
+    afterwards (if any)."""
+    if dataset is None or isinstance(dataset, str):
         return dataset, None
     if callable(dataset) and hasattr(dataset, "__qualname__") and not hasattr(dataset, "__getitem__"):
         module = dataset.__module__
@@ -77,15 +62,21 @@ def dataset_spec(dataset: Any) -> tuple[str, Path | None]:
         return f"{module}:{dataset.__qualname__}", None
     # A Dataset instance: hand it over pickled (its class must be importable, as for spawn workers).
     main_file = getattr(sys.modules["__main__"], "__file__", None) or ""
-    with tempfile.NamedTemporaryFile("wb", suffix=".pkl", prefix="loadertop-dataset-", delete=False) as handle:
-        try:
+    path = pickled(dataset)
+    return f"pickle:{path}" + (f"@{main_file}" if main_file else ""), path
+
+
+def pickled(dataset: Any) -> Path:
+    """`dataset` pickled into a temporary file for the runner; when it cannot be, no file is left behind."""
+    fd, name = tempfile.mkstemp(suffix=".pkl", prefix="loadertop-dataset-")
+    path, written = Path(name), False
+    try:
+        with open(fd, "wb") as handle:
             pickle.dump(dataset, handle)
-        except Exception as exc:
-            raise UsageError(f"the dataset cannot be pickled for the runner: {type(exc).__name__}: {exc}") from exc
-    return f"pickle:{handle.name}" + (f"@{main_file}" if main_file else ""), Path(handle.name)
-
-
-def _tuple(value: Any) -> tuple[Any, ...]:
-    if isinstance(value, list | tuple):
-        return tuple(value)
-    return (value,)
+        written = True
+    except Exception as exc:
+        raise UsageError(f"the dataset cannot be pickled for the runner: {type(exc).__name__}: {exc}") from exc
+    finally:
+        if not written:  # a pickling error, or Ctrl-C halfway through a large dataset
+            path.unlink(missing_ok=True)
+    return path

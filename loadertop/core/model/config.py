@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, Literal
 
 
 class UsageError(ValueError):
@@ -53,33 +53,111 @@ class TrialConfig:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
+Kind = Literal["text", "pairs", "workers", "ints", "bools", "methods", "number", "count", "choice", "flag", "size"]
+
+
+@dataclass(frozen=True)
+class Option:
+    """How a user sets one Settings field: the one place its flag, help and checks are declared.
+
+    The command line is built from these (loadertop.cli) and `loadertop.sweep(**options)` takes the same keys;
+    both hand the user's values to one builder (loadertop.core.engine.build_settings), which reads each value by
+    its `kind`: a string from the command line or a Python value from the API."""
+
+    flag: str | None  # None: the Python API only
+    help: str
+    kind: Kind
+    key: str = ""  # the API keyword and argparse dest; "" = the field's name
+    group: str = "what to measure"
+    metavar: str | None = None
+    default: Any = None  # what a user gets when they give nothing, where it is not the field's own default
+    low: float = 0  # numbers: the smallest allowed (excluded unless zero_ok); counts: the smallest allowed
+    high: float | None = None  # numbers: allowed only below it; counts: the largest allowed
+    zero_ok: bool = False
+    choices: tuple[str, ...] = ()
+    const: Any = None  # a flag that takes no value and stores this
+
+
+def option(flag: str | None, help: str, kind: Kind, **more: Any) -> dict[str, Option]:
+    return {"option": Option(flag, help, kind, **more)}
+
+
+_HOW = "how to measure"
+
+
 @dataclass(frozen=True)
 class Settings:
-    """Everything a sweep needs, as plain values (JSON-friendly, picklable)."""
+    """Everything a sweep needs, as plain values (JSON-friendly, picklable). Each field's user-facing flag, help and
+    checks are in its metadata (Option); Settings(...) in code takes the values as they are, unchecked."""
 
-    dataset: str = "synthetic"
-    dataset_args: tuple[tuple[str, str], ...] = ()
-    workers: tuple[int, ...] = (0, 1, 2, 4)
-    batch_sizes: tuple[int, ...] = (32,)
-    prefetch_factors: tuple[int, ...] = (2,)
-    pin_memory: tuple[bool, ...] = (False,)
-    persistent_workers: tuple[bool, ...] = (False,)
-    start_methods: tuple[str, ...] = field(default_factory=lambda: (default_start_method(),))
-    in_order: tuple[bool, ...] = (True,)
-    step_ms: float = 0.0
-    consumer: str = ""  # module:callable or file.py:callable, a `(batch) -> None` training step replacing step_ms
-    ranks: int = 1  # loader replicas run at once, one process each, as torchrun starts them (workers are per rank)
-    trial_seconds: float = 8.0
-    trial_timeout: float = 60.0  # no batch for this long: the trial is hung, kill it
-    mem_floor: str = ""  # free memory a trial may not take us below: "4GiB", "10%", "0" (off); "" = default
-    files_per_sample: int = 1  # open files one sample may hold in flight (the ulimit -n warning)
-    interval: float = 0.5
-    tolerance: float = 0.05
-    target_spread: float = 0.05
-    min_blocks: int = 5
-    block_seconds: float = 0.3
-    skip_warmup: bool = True
-    search: str = "adaptive"  # or "grid": every configuration
+    # fmt: off
+    dataset: str = field(default="synthetic", metadata=option(
+        "--dataset", "dataset spec (default: synthetic)", "text", metavar="SPEC"))
+    dataset_args: tuple[tuple[str, str], ...] = field(default=(), metadata=option(
+        "--dataset-arg", "keyword argument for the dataset factory (repeatable)", "pairs", key="dataset_args",
+        metavar="KEY=VALUE"))
+    workers: tuple[int, ...] = field(default=(0, 1, 2, 4), metadata=option(
+        "--workers", "num_workers: 0-16, 0,2,4,8, auto (default; adaptive: to 64, grid: a ladder)", "workers",
+        metavar="SPEC", default="auto"))
+    batch_sizes: tuple[int, ...] = field(default=(32,), metadata=option(
+        "--batch-size", "batch sizes, e.g. 32,128 (default 32)", "ints", key="batch_size", metavar="LIST",
+        low=1))
+    prefetch_factors: tuple[int, ...] = field(default=(2,), metadata=option(
+        "--prefetch-factor", "prefetch factors (default 2)", "ints", key="prefetch_factor",
+        metavar="LIST", low=1))
+    pin_memory: tuple[bool, ...] = field(default=(False,), metadata=option(
+        "--pin-memory", "pin_memory values (default off)", "bools", metavar="on,off"))
+    persistent_workers: tuple[bool, ...] = field(default=(False,), metadata=option(
+        "--persistent-workers", "persistent_workers values; each trial also measures the epoch boundary", "bools",
+        metavar="on,off"))
+    start_methods: tuple[str, ...] = field(default_factory=lambda: (default_start_method(),), metadata=option(
+        "--start-method", "fork,forkserver,spawn (default: this Python's default)", "methods", key="start_method",
+        metavar="LIST"))
+    in_order: tuple[bool, ...] = field(default=(True,), metadata=option(
+        "--in-order", "DataLoader in_order values (off: batches as workers finish; torch >= 2.6)", "bools",
+        metavar="on,off"))
+    step_ms: float = field(default=0.0, metadata=option(
+        "--step-ms", "emulated training step per batch (CUDA: copy + kernel; CPU: sleep)", "number", metavar="MS",
+        zero_ok=True))
+    # module:callable or file.py:callable, a `(batch) -> None` training step replacing step_ms
+    consumer: str = field(default="", metadata=option(
+        "--consumer", "your training step, module:callable or file.py:callable taking a batch; its time is the step "
+        "time of the stall fraction (replaces --step-ms)", "text", metavar="SPEC"))
+    # loader replicas run at once, one process each, as torchrun starts them (workers are per rank)
+    ranks: int = field(default=1, metadata=option(
+        "--ranks", "run R loader replicas at once, as torchrun --nproc-per-node R would (gloo, DistributedSampler); "
+        "workers are per rank (default 1)", "count", metavar="R", low=1, high=64))
+    trial_seconds: float = field(default=8.0, metadata=option(
+        "--trial-seconds", "time budget per trial, from its first batch (default 8)", "number", group=_HOW,
+        metavar="S"))
+    # no batch for this long: the trial is hung, kill it
+    trial_timeout: float = field(default=60.0, metadata=option(
+        "--trial-timeout", "fail trials stuck for S s", "number", group=_HOW, metavar="S"))
+    # free memory a trial may not take us below: "4GiB", "10%", "0" (off); "" = default
+    mem_floor: str = field(default="", metadata=option(
+        "--mem-floor", "free memory no trial may take: 4GiB, 512MiB or 10%; 0 = off (default: the larger of 10% of "
+        "memory and 2 GiB)", "size", group=_HOW, metavar="SIZE"))
+    # open files one sample may hold in flight (the ulimit -n warning)
+    files_per_sample: int = field(default=1, metadata=option(
+        "--files-per-sample", "open files one sample holds (for the ulimit -n warning; default 1)", "count",
+        group=_HOW, metavar="N", low=1))
+    interval: float = field(default=0.5, metadata=option(
+        "--interval", "probe interval (default 0.5)", "number", group=_HOW, metavar="S"))
+    tolerance: float = field(default=0.05, metadata=option(
+        "--tolerance", "noise band, as a fraction (0.05)", "number", group=_HOW, metavar="F", high=1))
+    target_spread: float = field(default=0.05, metadata=option(
+        None, "a trial stops early once its window's spread is within this fraction", "number", high=1))
+    min_blocks: int = field(default=5, metadata=option(
+        None, "blocks in the window whose spread says a trial is stable", "count", low=2))
+    block_seconds: float = field(default=0.3, metadata=option(
+        None, "length of one measured block, in seconds", "number"))
+    skip_warmup: bool = field(default=True, metadata=option(
+        "--no-skip-warmup", "count the start-up prefetch buffer as throughput (to see how much it inflates)", "flag",
+        group=_HOW, const=False))
+    search: str = field(default="adaptive", metadata=option(
+        "--search", "adaptive (default): climb, bisect, repeat the finalists; grid: all of them", "choice",
+        choices=("adaptive", "grid")))
+    # fmt: on
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,6 +214,13 @@ class Settings:
         )
 
 
+def settings_options() -> list[tuple[str, Option]]:
+    """The Settings fields a user can set (field name, its Option with `key` filled in), in declaration order:
+    the order of `loadertop --help`."""
+    found = [(f.name, f.metadata.get("option")) for f in fields(Settings)]
+    return [(name, replace(opt, key=opt.key or name)) for name, opt in found if isinstance(opt, Option)]
+
+
 DEFAULT_PREFETCH = 2  # the DataLoader's prefetch_factor when workers are used and none is given
 
 
@@ -155,13 +240,19 @@ def zero_worker_conflicts(prefetch: int, persistent: bool, start_method: str, in
 
 
 def parse_workers(spec: str, usable_cpus: int, search: str = "grid") -> tuple[int, ...]:
-    """`0-16`, `0,2,4,8`, `1-8:2` or `auto` into a sorted tuple of worker counts.
-
-    `auto` is a ladder for the grid, and every count up to the hard cap for the adaptive search (it measures a
-    handful of them, and climbs only while throughput grows, CPU allows and memory lasts)."""
+    """`0-16`, `0,2,4,8`, `1-8:2` or `auto` into a sorted tuple of worker counts (`auto`: see auto_counts)."""
     spec = spec.strip()
-    if spec == "auto":
-        return tuple(range(adaptive_cap(usable_cpus) + 1)) if search == "adaptive" else auto_workers(usable_cpus)
+    return auto_counts(usable_cpus, search) if spec == "auto" else parse_worker_counts(spec)
+
+
+def auto_counts(usable_cpus: int, search: str) -> tuple[int, ...]:
+    """What `--workers auto` means: a ladder for the grid, and every count up to the hard cap for the adaptive
+    search (it measures a handful of them, and climbs only while throughput grows, CPU allows and memory lasts)."""
+    return tuple(range(adaptive_cap(usable_cpus) + 1)) if search == "adaptive" else auto_workers(usable_cpus)
+
+
+def parse_worker_counts(spec: str) -> tuple[int, ...]:
+    """`0-16`, `0,2,4,8` or `1-8:2` into a sorted tuple of worker counts."""
     values: set[int] = set()
     for part in spec.split(","):
         part = part.strip()
