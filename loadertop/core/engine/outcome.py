@@ -6,8 +6,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import analyze, annotate, rule_notes, snippet, worker_curve
+from loadertop.core.engine.analysis import analyze, rule_notes, snippet
+from loadertop.core.engine.knee import worker_curve
 from loadertop.core.engine.rank_notes import ranks_note, with_notes
+from loadertop.core.engine.reasons import annotate
 from loadertop.core.engine.usl import fit_curve
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
