@@ -66,7 +66,7 @@ class TrialResult:
     first_batch_s: float | None = None
     stall_fraction: float | None = None  # time blocked in next() / (blocked + consumer step)
     worker_uss_mb: tuple[float, ...] = ()  # per worker, median over the steady window
-    worker_uss_slope_mb_per_min: tuple[float, ...] = ()
+    worker_uss_slope_mb_per_min: tuple[float | None, ...] = ()  # MB/min per worker; None where unfit
     total_pss_mb: float | None = None  # main + workers, proportional share of shared pages
     rss_mb: float | None = None  # main + workers; includes shared pages (double counts)
     cpu_percent: float | None = None  # main + workers, percent of one CPU
