@@ -55,6 +55,8 @@ class _Stop(Exception):
 
 
 class AdaptivePlanner:
+    reruns_rows = False
+
     def __init__(self, settings: Settings, space: Sequence[TrialConfig] | None = None) -> None:
         self.settings = settings
         self.tol = settings.tolerance
