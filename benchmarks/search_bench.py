@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.engine.analysis import BAND_CAP, analyze
+from loadertop.core.engine.analysis import analyze
+from loadertop.core.engine.band import BAND_CAP
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.search import AdaptivePlanner
 from loadertop.core.machine.facts import machine_info

@@ -8,7 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from loadertop.core.engine.analysis import analyze, noise_band, snippet, trial_reason
+from loadertop.core.engine.analysis import analyze, snippet
+from loadertop.core.engine.band import noise_band
+from loadertop.core.engine.reasons import trial_reason
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Knee, MachineInfo, TrialResult
 
@@ -122,9 +124,9 @@ def test_noise_band_is_the_widest_of_tolerance_and_spreads():
     a = trial(0, 1, 100.0, spread=0.03)
     b = trial(1, 2, 100.0, spread=0.07)
     none = trial(2, 4, 100.0, spread=None)
-    assert noise_band(a, b, 0.05) == 0.07
-    assert noise_band(a, none, 0.05) == 0.05
-    assert noise_band(none, none, 0.01) == 0.01
+    assert noise_band(0.05, a, b) == 0.07
+    assert noise_band(0.05, a, none) == 0.05
+    assert noise_band(0.01, none, none) == 0.01
 
 
 # ------------------------------------------------------------------------------------------------ flat curve

@@ -16,13 +16,12 @@ from procs import FAULTS, Family
 
 import loadertop.core.engine.driver as driver
 from loadertop.core.engine.driver import Sweep
+from loadertop.core.machine.free_memory import cgroup_memory_limit_mb, read_free_mb
 from loadertop.core.machine.guards import (
     MemoryGuard,
-    cgroup_memory_limit_mb,
     default_floor_mb,
     fd_problem,
     parse_mem_floor,
-    read_free_mb,
     shm_hint,
     shm_problem,
 )

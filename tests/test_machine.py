@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.core import machine
 from loadertop.core.machine.facts import (
     MB,
     cgroup_memory_headroom_mb,
@@ -15,6 +14,7 @@ from loadertop.core.machine.facts import (
     machine_info,
     mem_available_mb,
     shm_free_mb,
+    torch_version,
     usable_cpus,
 )
 from loadertop.core.machine.gpu import GpuProbe
@@ -207,5 +207,5 @@ def test_torch_version_without_importing_torch(monkeypatch: pytest.MonkeyPatch) 
     import sys
 
     had_torch = "torch" in sys.modules
-    machine.torch_version()
+    torch_version()
     assert ("torch" in sys.modules) == had_torch

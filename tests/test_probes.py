@@ -345,7 +345,8 @@ def test_summarize_linear_uss_growth() -> None:
     assert stats.samples == 16
     assert stats.worker_pids == (11, 12)
     assert stats.worker_uss_mb == pytest.approx((101.5, 80.0))
-    assert stats.worker_uss_slope_mb_per_min == pytest.approx((30.0, 0.0))
+    assert stats.worker_uss_slope_mb_per_min[0] == pytest.approx(30.0)
+    assert stats.worker_uss_slope_mb_per_min[1] is None  # one distinct reading: no slope to fit
     assert stats.total_pss_mb == pytest.approx(507.5)
     assert stats.rss_mb == pytest.approx(900.0)
     assert stats.cpu_percent == pytest.approx(107.5)
@@ -354,11 +355,11 @@ def test_summarize_linear_uss_growth() -> None:
     assert stats.mem_available_min_mb == pytest.approx(10_000.0)
 
 
-def test_summarize_single_reading_has_zero_slope() -> None:
+def test_summarize_single_reading_has_no_slope() -> None:
     worker = WorkerSample(pid=5, rss_mb=10.0, cpu_percent=0.0, uss_mb=42.0)
     stats = summarize_window([sample(1.0, (worker,)), sample(1.5, (worker,))], [5])
     assert stats.worker_uss_mb == (42.0,)
-    assert stats.worker_uss_slope_mb_per_min == (0.0,)
+    assert stats.worker_uss_slope_mb_per_min == (None,)
 
 
 def test_summarize_gpus_and_missing_values() -> None:

@@ -11,8 +11,10 @@ from typing import Any
 
 import pytest
 
-from loadertop.core.engine.analysis import analyze, merge_repeats, noise_band
-from loadertop.core.engine.search import AdaptivePlanner, GridPlanner, make_planner
+from loadertop.core.engine.analysis import analyze
+from loadertop.core.engine.band import merge_repeats, noise_band
+from loadertop.core.engine.planners import GridPlanner
+from loadertop.core.engine.search import AdaptivePlanner, make_planner
 from loadertop.core.model.config import Settings, TrialConfig, parse_workers
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult, UslFit
 
@@ -113,7 +115,7 @@ def test_cpu_bound_climbs_the_ladder_then_bisects_down_to_the_wall_and_repeats_f
     assert len(trials) <= 9  # of 33 configurations
     assert phases(planner)[0] == "plan" and phases(planner)[-1] == "done"
     stop = next(s for s in planner.trace if s.phase == "stop")
-    assert "less than the 5.0% noise band" in stop.message
+    assert "less than the 5% noise band" in stop.message
 
 
 def test_io_bound_climbs_past_the_cores_to_the_top_and_bisects_below():
@@ -271,7 +273,7 @@ def test_a_wildly_unsettled_rung_does_not_turn_a_big_gain_into_noise():
     assert counts[:5] == [0, 1, 2, 4, 5]  # 4 gains 33% over 2: the climb goes on past it
     assert not any("flat within" in s.message for s in planner.trace)
     assert noise_band(
-        TrialResult(0, TrialConfig(2, 32), "ok", spread=0.62), TrialResult(1, TrialConfig(4, 32), "ok"), 0.05
+        0.05, TrialResult(0, TrialConfig(2, 32), "ok", spread=0.62), TrialResult(1, TrialConfig(4, 32), "ok")
     ) == (pytest.approx(0.15))
 
 
@@ -420,7 +422,7 @@ def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
 
 
 def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
-    from loadertop.core.engine.analysis import annotate
+    from loadertop.core.engine.reasons import annotate
 
     a = TrialConfig(2, 32, 2, False, False, "fork")
     b = TrialConfig(4, 32, 2, False, False, "fork")

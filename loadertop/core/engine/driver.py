@@ -329,8 +329,9 @@ class Sweep:
             self.settings,
             machine,
             ceilings=self._ceilings,
-            search_trace=tuple(getattr(self.planner, "trace", ())),
+            search_trace=tuple(self.planner.trace),
             iterable=self._iterable,
+            rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:
             self._emit(Notice("info", note))

@@ -6,8 +6,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import analyze, annotate, rule_notes, snippet, worker_curve
+from loadertop.core.engine.analysis import analyze, rule_notes, snippet
+from loadertop.core.engine.knee import worker_curve
 from loadertop.core.engine.rank_notes import ranks_note, with_notes
+from loadertop.core.engine.reasons import annotate
+from loadertop.core.engine.rerun import Evidence, fold_rerun
 from loadertop.core.engine.usl import fit_curve
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
@@ -27,13 +30,24 @@ def conclude(
     ceilings: tuple[Ceiling, ...] = (),
     search_trace: tuple[SearchStep, ...] = (),
     iterable: bool = False,
+    rerun_of: SweepResult | None = None,
 ) -> Conclusion:
+    """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
+    the same configurations and the whole table is judged again (engine/rerun.py)."""
+    evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
+    if rerun_of is not None:
+        evidence = fold_rerun(rerun_of, evidence)
+    return _judge(evidence, machine)
+
+
+def _judge(evidence: Evidence, machine: MachineInfo) -> Conclusion:
+    settings = evidence.settings
     annotated = [
         with_notes(t, settings.ranks, machine.usable_cpus)
-        for t in annotate(trials, machine, settings.tolerance, ceilings)
+        for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings)
     ]
     knee, recommendation = analyze(annotated, settings, machine)
-    recommendation = _per_rank(recommendation, annotated, settings, machine, iterable)
+    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable)
     usl = fit_curve(worker_curve(annotated, settings.tolerance))
     result = SweepResult(
         machine=machine,
@@ -41,9 +55,10 @@ def conclude(
         trials=tuple(annotated),
         knee=knee,
         recommendation=recommendation,
-        ceilings=ceilings,
+        ceilings=evidence.ceilings,
         usl=usl,
-        search_trace=search_trace,
+        search_trace=evidence.search_trace,
+        iterable=evidence.iterable,
     )
     return Conclusion(result, tuple(rule_notes(knee, usl, settings.tolerance)))
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from loadertop.core.engine.wording import workers as n_workers
 from loadertop.core.model.results import TrialResult
 
 UNEVEN = 0.9  # a rank below this fraction of the fastest one holds the others back in synchronous training
+
 
 def rule_of_thumb(usable_cpus: int, ranks: int) -> float:
     """The common advice for workers per rank: min(16, 0.75 × cores ÷ ranks)."""
@@ -28,15 +30,10 @@ def ranks_note(workers: int, ranks: int, usable_cpus: int) -> str:
     advice = math.floor(thumb)
     compare = "matches" if advice == workers else ("is below" if advice < workers else "is above")
     return (
-        f"workers are per rank: {ranks} ranks × ({_workers(workers)} + 1) = {total} processes on {usable_cpus} "
+        f"workers are per rank: {ranks} ranks × ({n_workers(workers)} + 1) = {total} processes on {usable_cpus} "
         f"usable CPUs{over}; the rule of thumb min(16, 0.75 × {usable_cpus} ÷ {ranks}) = {thumb:.2f} → "
-        f"{_workers(advice)} per rank {compare} the measured choice"
+        f"{n_workers(advice)} per rank {compare} the measured choice"
     )
-
-
-def _workers(n: int) -> str:
-    return f"{n} worker" if n == 1 else f"{n} workers"
-
 
 
 def with_notes(trial: TrialResult, ranks: int, usable_cpus: int) -> TrialResult:

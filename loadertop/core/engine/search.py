@@ -1,9 +1,7 @@
 """Search strategies: which configuration to measure next, given what has been measured.
 
-The driver asks `next(done)` before each trial until it answers None. `planned()` is the current plan
-(for progress displays); an adaptive strategy may grow or shrink it as it learns. `setup()` hands the planner the
-machine and the consumer's ceiling before the first trial; `take_notes()` returns its decisions since the last
-call, one line each, so the driver can put them in the event stream.
+What a planner is asked, and the plain planners (the grid, a row rerun), are in planners.py; the rungs of the
+ladder in rungs.py.
 
 The adaptive search, in order:
 
@@ -24,10 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterator, Sequence
-from typing import Protocol
 
-from loadertop.core.engine.analysis import BAND_CAP, choose, merge_repeats, noise_band
+from loadertop.core.engine.band import choose, finished, merge_repeats, noise_band, within_band
+from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
+from loadertop.core.engine.rungs import at_least, ladder, top_above
 from loadertop.core.engine.usl import fit_usl, trusted, workers_to_reach
+from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
 
@@ -42,39 +42,9 @@ MAX_REFINE = 4
 RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
 
 
-class Planner(Protocol):
-    def planned(self) -> tuple[TrialConfig, ...]: ...
-
-    def next(self, done: Sequence[TrialResult]) -> TrialConfig | None: ...
-
-    def setup(self, machine: MachineInfo, ceilings: Sequence[Ceiling]) -> None: ...
-
-    def take_notes(self) -> list[SearchStep]: ...
-
-
-class GridPlanner:
-    """Every configuration of the sweep space, in order: the exhaustive baseline."""
-
-    def __init__(self, configs: Sequence[TrialConfig]) -> None:
-        self._configs = tuple(configs)
-        self.trace: list[SearchStep] = []
-
-    def planned(self) -> tuple[TrialConfig, ...]:
-        return self._configs
-
-    def next(self, done: Sequence[TrialResult]) -> TrialConfig | None:
-        return self._configs[len(done)] if len(done) < len(self._configs) else None
-
-    def setup(self, machine: MachineInfo, ceilings: Sequence[Ceiling]) -> None:
-        pass
-
-    def take_notes(self) -> list[SearchStep]:
-        return []
-
-
 def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) -> Planner:
     if only:
-        return GridPlanner(only)
+        return RowRerun(only)
     if settings.search == "adaptive":
         return AdaptivePlanner(settings)
     return GridPlanner(settings.trial_configs())
@@ -85,6 +55,8 @@ class _Stop(Exception):
 
 
 class AdaptivePlanner:
+    reruns_rows = False
+
     def __init__(self, settings: Settings, space: Sequence[TrialConfig] | None = None) -> None:
         self.settings = settings
         self.tol = settings.tolerance
@@ -103,7 +75,7 @@ class AdaptivePlanner:
         self._patient = False  # the one extra rung past an unsettled plateau has been spent
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
-            self._projection = [self._at(n) for n in self._ladder(self.counts[0], self.counts[-1])]
+            self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
 
     # -- the Planner protocol ----------------------------------------------------------------------------
 
@@ -161,7 +133,7 @@ class AdaptivePlanner:
             "plan",
             f"climb num_workers {lo}, 1, 2, 4, ... up to {hi} (the top of the range; throughput, memory or a guard "
             "stop it sooner), "
-            f"{self._template.label() if self._template else ''} for the other knobs; noise band {_pct(self.tol)}",
+            f"{self._template.label() if self._template else ''} for the other knobs; noise band {pct(self.tol)}",
         )
         n: int | None = lo
         failures = 0
@@ -173,9 +145,9 @@ class AdaptivePlanner:
                 failures += 1
                 if n == 0 and failures == 1 and hi > 0:  # the main process may fail where workers would not
                     self._note("climb", f"0 workers failed ({t.error}); trying workers anyway", config.label())
-                    n = self._at_least(1, above=0)
+                    n = at_least(self.counts, 1, above=0)
                     continue
-                self._note("stop", f"stopped climbing: {_w(n)} {t.status} ({t.error}): a guard or fault says no")
+                self._note("stop", f"stopped climbing: {workers(n)} {t.status} ({t.error}): a guard or fault says no")
                 return
             stop = self._stop_climbing(n, t)
             if stop:
@@ -184,31 +156,31 @@ class AdaptivePlanner:
             n = self._next_rung(n, t)
 
     def _stop_climbing(self, n: int, t: TrialResult) -> str | None:
-        x = _sps(t)
+        x = sps(t)
         ceiling = self._ceilings.get(t.config.batch_size)
-        head = f"{_w(n)}: {x:.0f} samples/s"
-        if ceiling and x >= ceiling * (1.0 - min(max(self.tol, t.spread or 0.0), BAND_CAP * self.tol)):
-            share = _pct(x / ceiling)
+        head = f"{workers(n)}: {x:.0f} samples/s"
+        if ceiling and x >= ceiling * (1.0 - noise_band(self.tol, t)):
+            share = pct(x / ceiling)
             return f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
         if n >= 1 and below:
-            prev = max(below, key=_sps)
-            band = noise_band(t, prev, self.tol)
-            gain = x / _sps(prev) - 1.0 if _sps(prev) > 0 else math.inf
+            prev = max(below, key=sps)
+            band = noise_band(self.tol, t, prev)
+            gain = x / sps(prev) - 1.0 if sps(prev) > 0 else math.inf
             if gain < band:
                 if not t.stable and not self._patient and n < self.counts[-1]:
                     # Its spread never settled (a busy machine, a short budget): one rung more before concluding.
                     self._patient = True
                     self._note(
                         "climb",
-                        f"{head}, {_signed(gain)} over {_w(prev.config.num_workers)}, but its spread never settled "
-                        f"(±{_pct(t.spread or 0.0)} over {t.blocks} blocks): one more rung before concluding",
+                        f"{head}, {_signed(gain)} over {workers(prev.config.num_workers)}, but its spread never "
+                        f"settled (±{pct(t.spread or 0.0)} over {t.blocks} blocks): one more rung before concluding",
                     )
                     return None
                 flat = self._flat()
                 return (
-                    f"stopped climbing: {head}, {_signed(gain)} over {_w(prev.config.num_workers)} "
-                    f"({_sps(prev):.0f}), less than the {_pct(band)} noise band{flat}"
+                    f"stopped climbing: {head}, {_signed(gain)} over {workers(prev.config.num_workers)} "
+                    f"({sps(prev):.0f}), less than the {pct(band)} noise band{flat}"
                 )
         if n >= self.counts[-1]:
             return f"stopped climbing: {head}, the top of the range, still gaining"
@@ -228,22 +200,22 @@ class AdaptivePlanner:
                 why = f"USL predicts the peak at N*={fit.peak_workers:.1f}, before the next doubling"
             elif reach is not None and n < reach < target:
                 target = reach
-                why = f"USL predicts the ceiling is reached at {_w(reach)}, before the next doubling"
+                why = f"USL predicts the ceiling is reached at {workers(reach)}, before the next doubling"
         memory_cap = self._memory_cap(n, t)
         if memory_cap is not None and target > memory_cap:
             if memory_cap <= n:
-                self._note("stop", f"stopped climbing: more than {_w(n)} would exceed the memory budget")
+                self._note("stop", f"stopped climbing: more than {workers(n)} would exceed the memory budget")
                 return None
             target = memory_cap
-            why = f"memory budget ({self._mem_budget_mb:.0f} MB) allows at most {_w(memory_cap)}"
-        nxt = self._at_least(target, above=n)
+            why = f"memory budget ({self._mem_budget_mb:.0f} MB) allows at most {workers(memory_cap)}"
+        nxt = at_least(self.counts, target, above=n)
         if nxt is None:
-            nxt = self._above(n)  # past the top of the range: its last value
+            nxt = top_above(self.counts, n)  # past the top of the range: its last value
         if nxt is None:
             return None
         cpu = _cpu_text(t, self._cpus)
-        self._note("climb", f"{_w(n)}: {_sps(t):.0f} samples/s{cpu}; {why}: {_w(nxt)}", self._at(nxt).label())
-        self._projection = [self._at(m) for m in self._ladder(nxt, self.counts[-1])]
+        self._note("climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}; {why}: {workers(nxt)}", self._at(nxt).label())
+        self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
 
     def _memory_cap(self, n: int, t: TrialResult) -> int | None:
@@ -274,13 +246,13 @@ class AdaptivePlanner:
             if not between:
                 break
             if n_c - p <= max(1, REFINE_PRECISION * n_c):
-                self._note("refine", f"{_w(p)} and {_w(n_c)} are close enough: no further bisection")
+                self._note("refine", f"{workers(p)} and {workers(n_c)} are close enough: no further bisection")
                 break
-            m, why = self._midpoint(p, n_c, between, _sps(best))
+            m, why = self._midpoint(p, n_c, between, sps(best))
             self._note(
                 "refine",
-                f"{_w(n_c)} is the fewest within noise of the best ({_sps(best):.0f} samples/s at "
-                f"{_w(best.config.num_workers)}), {_w(p)} is not: {why} {_w(m)}",
+                f"{workers(n_c)} is the fewest within noise of the best ({sps(best):.0f} samples/s at "
+                f"{workers(best.config.num_workers)}), {workers(p)} is not: {why} {workers(m)}",
                 self._at(m).label(),
             )
             yield self._at(m)
@@ -295,7 +267,7 @@ class AdaptivePlanner:
         if fit is not None and trusted(fit):
             reach = workers_to_reach(fit, best * (1.0 - self.tol), c)
             if reach is not None:
-                why = f"(USL guesses {_w(reach)}) bisect at"
+                why = f"(USL guesses {workers(reach)}) bisect at"
         target = (p + c) / 2
         return min(between, key=lambda m: (abs(m - target), m)), why
 
@@ -318,7 +290,7 @@ class AdaptivePlanner:
             between = [m for m in self.counts if b < m < n_h and not self._measured(self._at(m))]
             if not between or n_h - b <= REFINE_PRECISION * b:
                 return
-            if _sps(h) >= _sps(best) * (1.0 - noise_band(h, best, self.tol)):
+            if within_band(h, best, self.tol):
                 return  # flat above the best: nothing between them can beat it by more than the noise
             fit = self._fit()
             target, why = (b + n_h) / 2, "bisect at"
@@ -327,8 +299,8 @@ class AdaptivePlanner:
             m = min(between, key=lambda v: (abs(v - target), v))
             self._note(
                 "refine",
-                f"{_w(b)} is the best rung ({_sps(best):.0f} samples/s) and {_w(n_h)} was slower "
-                f"({_sps(h):.0f}): the peak may lie between them; {why} {_w(m)}",
+                f"{workers(b)} is the best rung ({sps(best):.0f} samples/s) and {workers(n_h)} was slower "
+                f"({sps(h):.0f}): the peak may lie between them; {why} {workers(m)}",
                 self._at(m).label(),
             )
             yield self._at(m)
@@ -365,7 +337,7 @@ class AdaptivePlanner:
     # -- 4. repeat the finalists ----------------------------------------------------------------------------
 
     def _repeat(self) -> Iterator[TrialConfig]:
-        ok = merge_repeats([t for t in self._done if t.status == "ok" and t.samples_per_s is not None])
+        ok = merge_repeats(finished(self._done))
         chosen = choose(ok, self.tol)
         if chosen is None:
             return
@@ -375,14 +347,14 @@ class AdaptivePlanner:
         others = [
             t
             for t in ok
-            if t.config != c.config and _sps(t) >= _sps(best) * (1.0 - RIVAL_BANDS * noise_band(t, best, self.tol))
+            if t.config != c.config and sps(t) >= sps(best) * (1.0 - RIVAL_BANDS * noise_band(self.tol, t, best))
         ]
         cheaper = [t for t in others if t.config.num_workers < c.config.num_workers]
         rival: TrialResult | None = None
         if best.config != c.config:
             rival = best
         elif others:
-            rival = max(cheaper or others, key=_sps)
+            rival = max(cheaper or others, key=sps)
         if rival is None:
             self._note("repeat", f"{c.config.label()} is a clear choice: nothing else within {RIVAL_BANDS:g}× the "
                                  "noise band, no repeat needed")  # fmt: skip
@@ -390,7 +362,7 @@ class AdaptivePlanner:
         for t in (c, rival):
             self._note(
                 "repeat",
-                f"finalist {t.config.label()} ({_sps(t):.0f} samples/s ±{_pct(t.spread or 0.0)}) measured again "
+                f"finalist {t.config.label()} ({sps(t):.0f} samples/s ±{pct(t.spread or 0.0)}) measured again "
                 "to tighten its spread",
                 t.config.label(),
             )
@@ -408,30 +380,9 @@ class AdaptivePlanner:
             return f"search done after {n} trials: no trial finished"
         best, c = chosen
         return (
-            f"search done after {n} trials: best {best.config.label()} at {_sps(best):.0f} samples/s; "
-            f"fewest workers within the noise band: {c.config.label()} at {_sps(c):.0f}"
+            f"search done after {n} trials: best {best.config.label()} at {sps(best):.0f} samples/s; "
+            f"fewest workers within the noise band: {c.config.label()} at {sps(c):.0f}"
         )
-
-    def _ladder(self, start: int, top: int) -> list[int]:
-        rungs = [start]
-        n = start
-        while True:
-            nxt = self._at_least(1 if n == 0 else 2 * n, above=n)
-            if nxt is None or nxt > top:
-                break
-            rungs.append(nxt)
-            n = nxt
-        if rungs[-1] < top:
-            rungs.append(top)
-        return rungs
-
-    def _at_least(self, target: int, above: int) -> int | None:
-        options = [m for m in self.counts if m >= target and m > above]
-        return min(options) if options else None
-
-    def _above(self, n: int) -> int | None:
-        options = [m for m in self.counts if m > n]
-        return max(options) if options else None
 
     def _at(self, n: int) -> TrialConfig:
         """The configuration with `n` workers and the climb's other knobs (the matching 0-worker one for 0)."""
@@ -455,31 +406,20 @@ class AdaptivePlanner:
 
     def _fit(self) -> UslFit | None:
         curve = [t for t in self._curve() if t.config.num_workers >= 1]
-        self.usl = fit_usl([t.config.num_workers for t in curve], [_sps(t) for t in curve])
+        self.usl = fit_usl([t.config.num_workers for t in curve], [sps(t) for t in curve])
         return self.usl
 
     def _flat(self) -> str:
         curve = self._curve()
         if len(curve) < 3:
             return ""
-        xs = [_sps(t) for t in curve]
+        xs = [sps(t) for t in curve]
         top = max(xs)
-        band = min(max(self.tol, *(t.spread or 0.0 for t in curve)), BAND_CAP * self.tol)
+        band = noise_band(self.tol, *curve)
         if top > 0 and (top - min(xs)) / top <= band:
-            return f"; flat within {_pct((top - min(xs)) / top)} from {_w(curve[0].config.num_workers)}: no clear knee"
+            flat = pct((top - min(xs)) / top)
+            return f"; flat within {flat} from {workers(curve[0].config.num_workers)}: no clear knee"
         return ""
-
-
-def _sps(t: TrialResult) -> float:
-    return float(t.samples_per_s or 0.0)
-
-
-def _w(n: int) -> str:
-    return f"{n} worker" if n == 1 else f"{n} workers"
-
-
-def _pct(x: float) -> str:
-    return f"{x * 100:.0f}%" if abs(x) >= 0.1 else f"{x * 100:.1f}%"
 
 
 def _signed(x: float) -> str:
@@ -490,4 +430,4 @@ def _cpu_text(t: TrialResult, cpus: int | None) -> str:
     if t.cpu_percent is None:
         return ""
     of = f"/{cpus}" if cpus else ""
-    return f" (CPU {t.cpu_percent / 100:.1f}{of}, stall {_pct(t.stall_fraction or 0.0)})"
+    return f" (CPU {t.cpu_percent / 100:.1f}{of}, stall {pct(t.stall_fraction or 0.0)})"

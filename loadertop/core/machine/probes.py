@@ -31,6 +31,7 @@ from loadertop.core.machine.facts import (
 )
 from loadertop.core.machine.gpu import GpuProbe, describe_error
 from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
+from loadertop.core.model.series import slope_per_min
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,8 @@ class WindowStats:
     samples: int
     worker_pids: tuple[int, ...]
     worker_uss_mb: tuple[float, ...]  # median of the known USS readings
-    worker_uss_slope_mb_per_min: tuple[float, ...]  # least squares over distinct readings; 0.0 with fewer than 2
+    # Least squares over distinct readings (model/series.py); None where too few readings to fit one.
+    worker_uss_slope_mb_per_min: tuple[float | None, ...]
     total_pss_mb: float | None  # median
     rss_mb: float | None  # median
     cpu_percent: float | None  # mean of main + workers, percent of one CPU
@@ -307,19 +309,6 @@ def _median(values: Sequence[float]) -> float | None:
 
 def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
-
-
-def _slope_per_min(points: Sequence[tuple[float, float]]) -> float:
-    """Least-squares slope of (t seconds, MB) points, in MB per minute; 0.0 when it cannot be fitted."""
-    if len(points) < 2:
-        return 0.0
-    t_mean = statistics.fmean(t for t, _ in points)
-    v_mean = statistics.fmean(v for _, v in points)
-    den = sum((t - t_mean) ** 2 for t, _ in points)
-    if den <= 0.0:
-        return 0.0
-    num = sum((t - t_mean) * (v - v_mean) for t, v in points)
-    return num / den * 60.0
 
 
 def _distinct_readings(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -345,7 +334,7 @@ def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int])
         samples=len(ordered),
         worker_pids=tuple(known),
         worker_uss_mb=tuple(statistics.median(v for _, v in uss[pid]) for pid in known),
-        worker_uss_slope_mb_per_min=tuple(_slope_per_min(_distinct_readings(uss[pid])) for pid in known),
+        worker_uss_slope_mb_per_min=tuple(slope_per_min(_distinct_readings(uss[pid])) for pid in known),
         total_pss_mb=_median([s.total_pss_mb for s in ordered if s.total_pss_mb is not None]),
         rss_mb=_median([s.rss_mb for s in ordered if s.rss_mb is not None]),
         cpu_percent=_mean([s.cpu_percent for s in ordered]),

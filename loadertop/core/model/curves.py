@@ -20,7 +20,8 @@ def family_key(config: TrialConfig) -> TrialConfig:
 
 
 def on_curve(config: TrialConfig, key: TrialConfig) -> bool:
-    """Whether `config` is a point of the curve `key` (its own, or the family's 0-worker origin)."""
+    """Whether `config` is a point of the curve `key` (its own, or the family's 0-worker origin). Order applies
+    only with workers, so the (ordered) 0-worker point is the origin of the unordered curves too."""
     if config.num_workers == 0:
-        return family_key(config) == family_key(key)
+        return family_key(config) == family_key(replace(key, in_order=config.in_order))
     return curve_key(config) == key

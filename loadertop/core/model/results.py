@@ -66,7 +66,7 @@ class TrialResult:
     first_batch_s: float | None = None
     stall_fraction: float | None = None  # time blocked in next() / (blocked + consumer step)
     worker_uss_mb: tuple[float, ...] = ()  # per worker, median over the steady window
-    worker_uss_slope_mb_per_min: tuple[float, ...] = ()
+    worker_uss_slope_mb_per_min: tuple[float | None, ...] = ()  # MB/min per worker; None where unfit
     total_pss_mb: float | None = None  # main + workers, proportional share of shared pages
     rss_mb: float | None = None  # main + workers; includes shared pages (double counts)
     cpu_percent: float | None = None  # main + workers, percent of one CPU
@@ -157,7 +157,7 @@ class UslFit:
 class SearchStep:
     """One decision of the search, in order: what it measured next, or why it stopped."""
 
-    phase: str  # "plan", "climb", "stop", "refine", "knobs", "repeat", "done"
+    phase: str  # "plan", "climb", "stop", "refine", "knobs", "repeat", "done", "rerun"
     message: str
     config: str | None = None  # the label of the configuration it chose, if any
 
@@ -185,6 +185,7 @@ class SweepResult:
     ceilings: tuple[Ceiling, ...] = ()
     usl: UslFit | None = None
     search_trace: tuple[SearchStep, ...] = ()
+    iterable: bool = False  # the dataset is an IterableDataset (the runner's check): --ranks shards it differently
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -200,6 +201,7 @@ class SweepResult:
             "ceilings": [asdict(c) for c in self.ceilings],
             "usl": asdict(self.usl) if self.usl else None,
             "search_trace": [asdict(s) for s in self.search_trace],
+            "iterable": self.iterable,
         }
 
     @classmethod
@@ -219,4 +221,5 @@ class SweepResult:
             ceilings=tuple(Ceiling(**c) for c in data.get("ceilings") or ()),
             usl=UslFit(**data["usl"]) if data.get("usl") else None,
             search_trace=tuple(SearchStep(**s) for s in data.get("search_trace") or ()),
+            iterable=data.get("iterable", False),
         )

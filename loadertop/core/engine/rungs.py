@@ -1,0 +1,33 @@
+"""The rungs of the adaptive search's ladder: worker counts from the sweep's range, doubling from 0 (0, 1, 2, 4, ...),
+always ending on the top of the range."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def ladder(counts: Sequence[int], start: int, top: int) -> list[int]:
+    """The rungs from `start` up to `top`: each the first count at or past double the one below."""
+    rungs = [start]
+    n = start
+    while True:
+        nxt = at_least(counts, 1 if n == 0 else 2 * n, above=n)
+        if nxt is None or nxt > top:
+            break
+        rungs.append(nxt)
+        n = nxt
+    if rungs[-1] < top:
+        rungs.append(top)
+    return rungs
+
+
+def at_least(counts: Sequence[int], target: int, above: int) -> int | None:
+    """The smallest count at or past `target` and above `above`; None when the range ends first."""
+    options = [m for m in counts if m >= target and m > above]
+    return min(options) if options else None
+
+
+def top_above(counts: Sequence[int], n: int) -> int | None:
+    """The top of the range when it lies above `n`."""
+    options = [m for m in counts if m > n]
+    return max(options) if options else None
