@@ -291,12 +291,12 @@ def test_a_trial_without_finished_fails_with_the_most_telling_reason(messages: l
     assert result.status == "failed" and (result.error or "").startswith(error)
 
 
-def test_a_silent_trial_is_a_stall_once_and_a_paused_one_is_not() -> None:
+def test_a_silent_trial_is_hung_once_and_a_paused_one_is_not() -> None:
     watch, _, _ = _watch([Forked(2, 100), Workers((101,))])
-    assert not watch.stalled(60.0)
+    assert not watch.hung(60.0)
     watch.last_activity -= 61
     watch.touch()  # paused: the clock restarts
-    assert not watch.stalled(60.0)
+    assert not watch.hung(60.0)
     watch.last_activity -= 61
-    assert watch.stalled(60.0) and not watch.stalled(60.0)
+    assert watch.hung(60.0) and not watch.hung(60.0)
     assert watch.error == "no batch for 60 s (last: started 1 workers)"

@@ -327,7 +327,7 @@ class Sweep:
                 return False
             if not self._resumed.is_set():
                 watch.touch()
-            elif watch.stalled(timeout):
+            elif watch.hung(timeout):
                 self._signal_trial(signal.SIGKILL)
             try:
                 message = runner.get(timeout=0.1)

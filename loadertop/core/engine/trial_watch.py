@@ -68,17 +68,17 @@ class TrialWatch:
         self.finished: Finished | None = None
         self.error: str | None = None
         self.exited = False
-        self.last_what = "starting"  # what the trial did last, for the stall message
+        self.last_what = "starting"  # what the trial did last, for the message when it hangs
         self.last_activity = time.monotonic()
 
     # -- the loop's side ------------------------------------------------------------------------------------------
 
     def touch(self) -> None:
-        """A frozen trial is not a hung one: paused time does not count towards the stall timeout."""
+        """A frozen trial is not a hung one: paused time does not count towards --trial-timeout."""
         self.last_activity = time.monotonic()
 
-    def stalled(self, timeout: float) -> bool:
-        """True once, when no message came for `timeout` seconds: the trial is hung (a stall), its error set."""
+    def hung(self, timeout: float) -> bool:
+        """True once, when no message came for `timeout` seconds: the trial is hung, its error set."""
         if self.error is not None or time.monotonic() - self.last_activity <= timeout:
             return False
         self.error = f"no batch for {timeout:.0f} s (last: {self.last_what})"

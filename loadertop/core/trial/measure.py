@@ -265,19 +265,19 @@ class MeasuredLoop:
         return current
 
     def _finished(self, tally: _Tally, whole_epochs: bool, stable: bool, stop_when_stable: bool) -> Finished:
-        """The trial's figures: the median block rate over the window (its last min_blocks blocks when stable)."""
+        """The trial's figures: the median rate of the blocks counted (the last min_blocks when stable, else all)."""
         settings = self.settings
         if not tally.rates:
             raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
         if not stop_when_stable and len(tally.rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
             stable = spread(tally.rates[-settings.min_blocks :]) <= settings.target_spread
-        window = tally.rates[-settings.min_blocks :] if stable else tally.rates
-        batches_per_s = statistics.median(window)
+        counted = tally.rates[-settings.min_blocks :] if stable else tally.rates
+        batches_per_s = statistics.median(counted)
         length = _length(self.loader) if whole_epochs else 1 << 30  # blocks of whole epochs: how long one is
         return Finished(
             batches_per_s=batches_per_s,
             samples_per_s=batches_per_s * tally.samples / tally.batches,
-            spread=spread(window) if len(window) >= 2 else None,  # one block says nothing of its spread
+            spread=spread(counted) if len(counted) >= 2 else None,  # one block says nothing of its spread
             first_batch_s=self.first_batch_s,
             stall_fraction=tally.stall_fraction(),
             blocks=len(tally.rates),
