@@ -1,11 +1,12 @@
-"""The driver: runs the planned trials through one runner process and turns its lines into events.
+"""The driver: runs the planned trials through one runner process and turns its messages into events.
 
     sweep = Sweep(settings)
     for event in sweep.events():   # blocking; ends after SweepFinished
         ...
 
 The driver thread and the probes thread both feed one queue; `events()` drains it in order. Control
-methods (`cancel`, `stop_after_current`, `pause`, `resume`) are safe to call from any thread.
+methods (`cancel`, `stop_after_current`, `pause`, `resume`) are safe to call from any thread. The runner's
+messages (model/protocol.py) come through engine/runner_link.py; each trial's are handled by engine/trial_watch.py.
 """
 
 from __future__ import annotations
