@@ -54,7 +54,7 @@ class _ThawFlag:
         self.thawed = False
         signal.signal(signal.SIGCONT, self._on_cont)
 
-    def _on_cont(self, signum: int, frame: object) -> None:
+    def _on_cont(self, _signum: int, _frame: object) -> None:
         self.thawed = True
 
     def take(self) -> bool:
