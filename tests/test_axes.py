@@ -18,7 +18,7 @@ from loadertop.core.engine.analysis import snippet
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.model.config import Settings, TrialConfig, default_start_method, zero_worker_conflicts
 from loadertop.core.trial.loader import EpochControl, build_loader
-from loadertop.core.trial.measure import Measurement
+from loadertop.core.trial.measure import MeasuredLoop
 
 DATA = Path(__file__).parent / "data"
 FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid")
@@ -117,12 +117,12 @@ def test_epoch_boundary_in_process_at_zero_workers() -> None:
     settings = _settings("synthetic:length=100000,kb=1,cpu_ms=0,io_ms=0", trial_seconds=0.3, block_seconds=0.05)
     config = TrialConfig(0, 8)
     built = build_loader(settings, config)
-    m = Measurement(built.loader, config, settings, lambda batch: None, built.control)
+    m = MeasuredLoop(built.loader, config, settings, lambda batch: None, built.control)
     m.start()
     m.first_batch()
     m.warm_up()
     finished = m.blocks(lambda message: None)
-    assert finished["blocks"] >= 1 and finished["epoch_restart_s"] is None  # no boundary crossed in 100000 samples
+    assert finished.blocks >= 1 and finished.epoch_restart_s is None  # no boundary crossed in 100000 samples
     boundary = m.epoch_boundary()
     assert boundary is not None and boundary > 0
     # The next epoch started from the top of the sampler: its first batch was samples 0..7, the next is 8..15.

@@ -18,6 +18,7 @@ from loadertop.core.model.events import (
     SweepFinished,
     SweepStarted,
     TrialFinished,
+    TrialLaunched,
     TrialProgress,
     TrialStarted,
 )
@@ -56,6 +57,12 @@ def test_sweep_streams_events_and_measures_real_workers(runs: Path, no_leftovers
     assert [s.config.num_workers for s in started] == [0, 2]
     assert started[0].worker_pids == () and len(started[1].worker_pids) == 2
     assert all(s.first_batch_s > 0 for s in started)
+    # Faces can follow each trial from its fork: TrialLaunched names the same process, before its first batch.
+    launched = [e for e in events if isinstance(e, TrialLaunched)]
+    fields = [(s.index, s.total, s.config, s.pid) for s in started]
+    assert [(e.index, e.total, e.config, e.pid) for e in launched] == fields
+    position = {id(e): i for i, e in enumerate(events)}
+    assert all(position[id(a)] < position[id(b)] for a, b in zip(launched, started, strict=True))
     # Progress comes after the trial started and before it finished, for each trial.
     for s in started:
         order = [i for i, e in enumerate(events) if index_of(e) == s.index]

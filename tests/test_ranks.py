@@ -12,6 +12,7 @@ from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.rank_notes import processes, ranks_note, rule_of_thumb, with_notes
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialProgress
+from loadertop.core.model.protocol import Finished
 from loadertop.core.model.results import TrialResult
 from loadertop.core.trial.ranks import aggregate
 
@@ -29,14 +30,15 @@ def test_rule_of_thumb_and_process_count() -> None:
 
 
 def test_aggregate_sums_rates_and_keeps_the_worst_of_the_rest() -> None:
-    one = {"type": "finished", "batches_per_s": 10.0, "samples_per_s": 320.0, "spread": 0.02, "first_batch_s": 0.5,
-           "stall_fraction": 0.9, "blocks": 7, "measured_s": 2.0, "warmup_batches": 4, "stable": True,
-           "warnings": ["w"]}  # fmt: skip
-    two = {**one, "samples_per_s": 300.0, "batches_per_s": 9.0, "spread": 0.08, "first_batch_s": 0.7, "blocks": 6}
+    one = Finished(batches_per_s=10.0, samples_per_s=320.0, spread=0.02, first_batch_s=0.5, stall_fraction=0.9,
+                   blocks=7, measured_s=2.0, warmup_batches=4, stable=True, warnings=("w",))  # fmt: skip
+    two = dataclasses.replace(
+        one, samples_per_s=300.0, batches_per_s=9.0, spread=0.08, first_batch_s=0.7, blocks=6, stable=False
+    )
     node = aggregate([one, two])
-    assert node["samples_per_s"] == 620.0 and node["batches_per_s"] == 19.0
-    assert node["spread"] == 0.08 and node["first_batch_s"] == 0.7 and node["blocks"] == 6
-    assert node["ranks"] == 2 and node["rank_samples_per_s"] == [320.0, 300.0] and node["warnings"] == ["w"]
+    assert node.samples_per_s == 620.0 and node.batches_per_s == 19.0 and not node.stable
+    assert node.spread == 0.08 and node.first_batch_s == 0.7 and node.blocks == 6
+    assert node.ranks == 2 and node.rank_samples_per_s == (320.0, 300.0) and node.warnings == ("w",)
 
 
 def test_trial_reason_names_the_ranks_and_processes() -> None:

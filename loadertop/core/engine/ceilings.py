@@ -14,34 +14,29 @@ and that is what the result says (samples_per_s None) rather than a meaningless 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from loadertop.core.model.config import Settings
+from loadertop.core.model.protocol import CeilingMeasured, CeilingRequest, Exited, Failed, Reply, Request
 from loadertop.core.model.results import Ceiling
 
 CEILING_INDEX = -1  # the ceiling's request index: never a trial's
-MAX_SECONDS = 2.0  # per batch size; a sleep-based step of 100 ms still gives 20 steps
-MIN_BLOCK_S = 0.1
-MAX_BLOCKS = 10
 
-Emit = Callable[[dict[str, Any]], None]
-NextLine = Callable[[float, str], dict[str, Any]]
+Send = Callable[[Request], None]
+NextMessage = Callable[[float, str], Reply]  # (timeout, what the runner is doing) -> its next message
 
 
-def measure_ceilings(send: Emit, next_line: NextLine, settings: Settings) -> tuple[Ceiling, ...]:
+def measure_ceilings(send: Send, next_message: NextMessage, settings: Settings) -> tuple[Ceiling, ...]:
     """Ask the runner for the ceiling of each batch size; one Ceiling per batch size, whatever happens."""
-    send({"type": "ceiling", "index": CEILING_INDEX, "settings": settings.to_dict()})
+    send(CeilingRequest(CEILING_INDEX, settings))
     found: dict[int, Ceiling] = {}
     error: str | None = None
     while True:
-        message = next_line(settings.trial_timeout, "measure the consumer's ceiling")
-        kind = message.get("type")
-        if kind == "ceiling":
-            bs = int(message["batch_size"])
-            found[bs] = Ceiling(bs, message.get("samples_per_s"), message.get("note", ""), message.get("spread"))
-        elif kind == "failed":
-            error = message.get("error")
-        elif kind == "exited":
+        message = next_message(settings.trial_timeout, "measure the consumer's ceiling")
+        if isinstance(message, CeilingMeasured):
+            found[message.batch_size] = Ceiling(message.batch_size, message.samples_per_s, message.note, message.spread)
+        elif isinstance(message, Failed):
+            error = message.error
+        elif isinstance(message, Exited):
             break
     missing = f"not measured ({error})" if error else "not measured"
     return tuple(found.get(bs, Ceiling(bs, None, missing)) for bs in settings.batch_sizes)

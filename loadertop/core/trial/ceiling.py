@@ -11,15 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.protocol import CeilingMeasured, Emit, Failed
 
 MAX_SECONDS = 2.0  # per batch size; a sleep-based step of 100 ms still gives 20 steps
 MIN_BLOCK_S = 0.1
 MAX_BLOCKS = 10
 
-Emit = Callable[[dict[str, Any]], None]
 
-
-def ceiling_main(request: dict[str, Any], emit: Emit) -> int:
+def ceiling_main(settings: Settings, emit: Emit) -> int:
     """Measure the consumer alone for each batch size and report; returns the process exit code."""
     try:
         from torch.utils.data import DataLoader
@@ -28,13 +27,12 @@ def ceiling_main(request: dict[str, Any], emit: Emit) -> int:
         from loadertop.core.trial.consumer import Consumer, make_consumer
         from loadertop.core.trial.sharding import batch_rows
 
-        settings = Settings.from_dict(request["settings"])
         pin = settings.pin_memory[0]
         consumer = make_consumer(settings, TrialConfig(0, settings.batch_sizes[0], pin_memory=pin))
         if isinstance(consumer, Consumer) and consumer.device is None and consumer.step_s <= 0:
             for bs in settings.batch_sizes:
                 note = "the consumer does no work (no CUDA and --step-ms 0): only the loader bounds throughput"
-                emit({"type": "ceiling", "batch_size": bs, "samples_per_s": None, "note": note})
+                emit(CeilingMeasured(bs, None, note))
             return 0
         what = _what(consumer, settings)
         dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
@@ -42,21 +40,14 @@ def ceiling_main(request: dict[str, Any], emit: Emit) -> int:
             loader = DataLoader(dataset, batch_size=bs, num_workers=0, pin_memory=pin, **extra)
             batch = next(iter(loader))
             rate, spread = _steps_per_s(consumer, batch, min(MAX_SECONDS, settings.trial_seconds / 2))
-            emit(
-                {
-                    "type": "ceiling",
-                    "batch_size": bs,
-                    "samples_per_s": rate * batch_rows(batch, bs),
-                    "spread": spread,
-                    "note": f"consumer alone on a cached batch: {what} per batch",
-                }
-            )
+            note = f"consumer alone on a cached batch: {what} per batch"
+            emit(CeilingMeasured(bs, rate * batch_rows(batch, bs), note, spread))
         return 0
     except BaseException as exc:
         import traceback
 
         traceback.print_exc()
-        emit({"type": "failed", "error": f"{type(exc).__name__}: {exc}".strip()})
+        emit(Failed(f"{type(exc).__name__}: {exc}".strip()))
         return 1
 
 

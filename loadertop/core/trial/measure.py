@@ -1,7 +1,7 @@
 """The measured loop of one trial: start-up apart, skip the prefetch buffer, blocks until stable, then the epoch
 boundary (end the epoch early, time the wait for the next epoch's first batch).
 
-Runs inside a trial process (runner.py). `emit` sends one JSON-able dict to the driver.
+Runs inside a trial process (runner.py). `emit` sends one protocol message (model/protocol.py) to the driver.
 """
 
 from __future__ import annotations
@@ -10,14 +10,13 @@ import signal
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.trial.consumer import Consumer  # noqa: F401  (its old home: importers of measure.Consumer)
+from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Measuring, Started, TrialNotice, Workers
 from loadertop.core.trial.loader import EpochControl
 from loadertop.core.trial.sharding import ShardCheck, batch_rows
-
-Emit = Callable[[dict[str, Any]], None]
 
 
 def spread(rates: list[float]) -> float:
@@ -55,7 +54,7 @@ class _ThawFlag:
         self.thawed = False
         signal.signal(signal.SIGCONT, self._on_cont)
 
-    def _on_cont(self, signum: int, frame: object) -> None:
+    def _on_cont(self, _signum: int, _frame: object) -> None:
         self.thawed = True
 
     def take(self) -> bool:
@@ -63,10 +62,45 @@ class _ThawFlag:
         return was
 
 
-class Measurement:
+@dataclass(frozen=True)
+class _Timed:
+    """One block: batches timed together."""
+
+    batches: int
+    samples: int
+    wait: float  # blocked in next(): the loader kept the consumer waiting (a stall)
+    step: float  # in the consumer
+    seconds: float
+    first_boundary: bool = False  # crossed the trial's first epoch boundary: the blocks start over, whole epochs
+    cut: bool = False  # out of time mid-epoch: not a whole epoch, not counted
+
+
+@dataclass
+class _Tally:
+    """The clean blocks so far and their totals."""
+
+    rates: list[float] = field(default_factory=list)  # batches/s of each block
+    wait: float = 0.0
+    step: float = 0.0
+    batches: int = 0
+    samples: int = 0
+
+    def add(self, block: _Timed) -> None:
+        self.rates.append(block.batches / block.seconds)
+        self.wait += block.wait
+        self.step += block.step
+        self.batches += block.batches
+        self.samples += block.samples
+
+    def stall_fraction(self) -> float:
+        return self.wait / max(self.wait + self.step, 1e-12)
+
+
+class MeasuredLoop:
     """One trial's measured loop, in steps a caller can interleave with others (ranks synchronise between them):
     `start` (iter: workers start), `first_batch`, `warm_up` (skip the start-up buffer), `blocks` (until stable or
-    the deadline), `epoch_boundary` (end the epoch, time the next one's first batch)."""
+    the deadline; its outcome is the Finished message), `epoch_boundary` (end the epoch, time the next one's first
+    batch)."""
 
     def __init__(
         self,
@@ -143,114 +177,116 @@ class Measurement:
             self.consumer(batch)
         return self.shards.verdict() if self.shards is not None else None
 
-    def blocks(self, emit: Emit, stop_when_stable: bool = True, seconds: float | None = None) -> dict[str, Any]:
+    def blocks(self, emit: Emit, stop_when_stable: bool = True, seconds: float | None = None) -> Finished:
         """Measured blocks until the spread is under target (if `stop_when_stable`) or the deadline (now +
-        `seconds` when given). Emits each block; returns the finished message (not emitted)."""
-        settings, config = self.settings, self.config
+        `seconds` when given). Emits each block; returns the Finished message (not emitted)."""
         if seconds is not None:
             self.deadline = time.perf_counter() + seconds
-        thaw = self.thaw
         # A trial starts at an epoch's start, so an epoch that ends within it is shorter than a trial: training
         # pays its boundary (workers stopped and started, the prefetch buffer refilled) every few seconds, and a
         # rate read between boundaries reads the refilled buffer draining. Then blocks are whole epochs, from the
         # first batch of one to the first of the next, boundary included. The warm-up may already have crossed
         # one: the first block then runs from mid-epoch to the next boundary and only aligns the blocks.
-        whole_epochs = bool(self.crossings)
-        align = whole_epochs
-        # Workers deliver in round-robin bursts; blocks of whole rounds keep burst phase out of the spread.
-        cycle = max(1, config.num_workers)
-        rates: list[float] = []
-        wait_total = step_total = 0.0
-        measured_batches = measured_samples = 0
+        whole_epochs = align = bool(self.crossings)
+        opening = not align  # the next block opens the window (the probes' CPU and memory figures)
+        tally = _Tally()
         stable = False
-        opening = not align  # the next block opens the steady window (the probes' CPU and memory figures)
         while True:
             if opening:
-                emit({"type": "measuring"})
+                emit(Measuring())
                 opening = False
-            block_start = time.perf_counter()
-            batches = samples = 0
-            wait = step = 0.0
-            tainted, opening, align = thaw.take() or align, align, False
-            while True:
-                t0 = time.perf_counter()
-                batch, crossed = self.next_batch()
-                t1 = time.perf_counter()
-                self.consumer(batch)
-                t2 = time.perf_counter()
-                wait += t1 - t0
-                step += t2 - t1
-                batches += 1
-                samples += batch_rows(batch, config.batch_size)
-                if crossed and not whole_epochs:
-                    # The first boundary: what was measured inside the first epoch is dropped, and blocks
-                    # from here on are whole epochs.
-                    whole_epochs, tainted, opening = True, True, True
-                    rates.clear()
-                    wait_total = step_total = 0.0
-                    measured_batches = measured_samples = 0
-                    break
-                if whole_epochs:
-                    if crossed and t2 - block_start >= settings.block_seconds:
-                        break
-                    if rates and t2 >= self.deadline:  # out of time mid-epoch: the whole epochs measured stand
-                        tainted = True
-                        break
-                elif t2 - block_start >= settings.block_seconds and batches >= 2 and batches % cycle == 0:
-                    break
-            elapsed = time.perf_counter() - block_start
-            if thaw.take():
+            tainted, opening, align = self.thaw.take() or align, align, False
+            block = self._time_block(whole_epochs, bool(tally.rates))
+            if block.first_boundary:  # what was measured inside the first epoch is dropped
+                whole_epochs, tainted, opening, tally = True, True, True, _Tally()
+            tainted = tainted or block.cut
+            if self.thaw.take():
                 tainted = True
-                self.deadline += elapsed  # the pause is not the trial's time
+                self.deadline += block.seconds  # the pause is not the trial's time
             if not tainted:
-                rates.append(batches / elapsed)
-                wait_total += wait
-                step_total += step
-                measured_batches += batches
-                measured_samples += samples
-                window = rates[-settings.min_blocks :]
-                current = spread(window) if len(rates) >= settings.min_blocks else None
-                emit(
-                    {
-                        "type": "block",
-                        "block": len(rates),
-                        "batches": batches,
-                        "samples": samples,
-                        "seconds": elapsed,
-                        "batches_per_s": batches / elapsed,
-                        "samples_per_s": samples / elapsed,
-                        "stall_fraction": wait_total / max(wait_total + step_total, 1e-12),
-                        "elapsed_s": time.perf_counter() - self.started,
-                        "spread": current,
-                    }
-                )
-                if stop_when_stable and current is not None and current <= settings.target_spread:
+                current = self._record(tally, block, emit)
+                if stop_when_stable and current is not None and current <= self.settings.target_spread:
                     stable = True
                     break
             if time.perf_counter() >= self.deadline:
                 break
+        return self._finished(tally, whole_epochs, stable, stop_when_stable)
 
-        if not rates:
+    def _time_block(self, whole_epochs: bool, have_blocks: bool) -> _Timed:
+        """Time one block: whole rounds of the workers, or one whole epoch once blocks are whole epochs."""
+        block_seconds, rows = self.settings.block_seconds, self.config.batch_size
+        # Workers deliver in round-robin bursts; blocks of whole rounds keep burst phase out of the spread.
+        cycle = max(1, self.config.num_workers)
+        batches = samples = 0
+        wait = step = 0.0
+        first_boundary = cut = False
+        start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            batch, crossed = self.next_batch()
+            t1 = time.perf_counter()
+            self.consumer(batch)
+            t2 = time.perf_counter()
+            wait += t1 - t0
+            step += t2 - t1
+            batches += 1
+            samples += batch_rows(batch, rows)
+            if crossed and not whole_epochs:
+                first_boundary = True
+                break
+            if whole_epochs:
+                if crossed and t2 - start >= block_seconds:
+                    break
+                if have_blocks and t2 >= self.deadline:  # out of time mid-epoch: the whole epochs measured stand
+                    cut = True
+                    break
+            elif t2 - start >= block_seconds and batches >= 2 and batches % cycle == 0:
+                break
+        return _Timed(batches, samples, wait, step, time.perf_counter() - start, first_boundary, cut)
+
+    def _record(self, tally: _Tally, block: _Timed, emit: Emit) -> float | None:
+        """Count a clean block and emit it; returns the spread of the last min_blocks blocks (None until then)."""
+        tally.add(block)
+        min_blocks = self.settings.min_blocks
+        current = spread(tally.rates[-min_blocks:]) if len(tally.rates) >= min_blocks else None
+        emit(
+            Block(
+                block=len(tally.rates),
+                batches=block.batches,
+                samples=block.samples,
+                seconds=block.seconds,
+                batches_per_s=block.batches / block.seconds,
+                samples_per_s=block.samples / block.seconds,
+                stall_fraction=tally.stall_fraction(),
+                elapsed_s=time.perf_counter() - self.started,
+                spread=current,
+            )
+        )
+        return current
+
+    def _finished(self, tally: _Tally, whole_epochs: bool, stable: bool, stop_when_stable: bool) -> Finished:
+        """The trial's figures: the median rate of the blocks counted (the last min_blocks when stable, else all)."""
+        settings = self.settings
+        if not tally.rates:
             raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
-        if not stop_when_stable and len(rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
-            stable = spread(rates[-settings.min_blocks :]) <= settings.target_spread
-        window = rates[-settings.min_blocks :] if stable else rates
-        batches_per_s = statistics.median(window)
-        samples_per_batch = measured_samples / measured_batches
-        return {
-            "type": "finished",
-            "batches_per_s": batches_per_s,
-            "samples_per_s": batches_per_s * samples_per_batch,
-            "spread": spread(window) if len(window) >= 2 else None,  # one block says nothing of its spread
-            "first_batch_s": self.first_batch_s,
-            "stall_fraction": wait_total / max(wait_total + step_total, 1e-12),
-            "blocks": len(rates),
-            "measured_s": time.perf_counter() - self.started - self.first_batch_s,
-            "warmup_batches": self.skip,
-            "epoch_batches": _length(self.loader) if whole_epochs and _length(self.loader) < 1 << 30 else None,
-            "stable": stable,
-            "epoch_restart_s": statistics.median(self.crossings) if self.crossings else None,
-        }
+        if not stop_when_stable and len(tally.rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
+            stable = spread(tally.rates[-settings.min_blocks :]) <= settings.target_spread
+        counted = tally.rates[-settings.min_blocks :] if stable else tally.rates
+        batches_per_s = statistics.median(counted)
+        length = _length(self.loader) if whole_epochs else 1 << 30  # blocks of whole epochs: how long one is
+        return Finished(
+            batches_per_s=batches_per_s,
+            samples_per_s=batches_per_s * tally.samples / tally.batches,
+            spread=spread(counted) if len(counted) >= 2 else None,  # one block says nothing of its spread
+            first_batch_s=self.first_batch_s,
+            stall_fraction=tally.stall_fraction(),
+            blocks=len(tally.rates),
+            measured_s=time.perf_counter() - self.started - self.first_batch_s,
+            warmup_batches=self.skip,
+            stable=stable,
+            epoch_batches=length if length < 1 << 30 else None,
+            epoch_restart_s=statistics.median(self.crossings) if self.crossings else None,
+        )
 
     def epoch_boundary(self) -> float | None:
         """End the epoch now and time the wait for the next epoch's first batch, from the moment the last batch
@@ -277,22 +313,21 @@ def measure(
     control: EpochControl | None = None,
     check_shards: bool = False,
 ) -> None:
-    """One trial of one process: every step of `Measurement`, reported through `emit`."""
-    m = Measurement(loader, config, settings, consumer, control, check_shards)
-    m.on_new_workers = lambda pids: emit({"type": "workers", "worker_pids": pids})
-    emit({"type": "workers", "worker_pids": m.start()})
-    first = m.first_batch()
-    emit({"type": "started", "worker_pids": m.worker_pids(), "first_batch_s": first, "batch_mb": m.batch_mb})
-    warning = m.warm_up()
+    """One trial of one process: every step of the MeasuredLoop, reported through `emit`."""
+    loop = MeasuredLoop(loader, config, settings, consumer, control, check_shards)
+    loop.on_new_workers = lambda pids: emit(Workers(tuple(pids)))
+    emit(Workers(tuple(loop.start())))
+    first = loop.first_batch()
+    emit(Started(tuple(loop.worker_pids()), first, loop.batch_mb))
+    warning = loop.warm_up()
     if warning:
-        emit({"type": "notice", "level": "warning", "message": warning})
-    finished = m.blocks(emit)
-    finished["warnings"] = [warning] if warning else []
-    emit(finished)
-    # After "finished": the probes' steady window is closed, so the restart's CPU burst and new workers stay out
-    # of the trial's CPU and memory figures. New workers are in the trial's process group all the same.
-    m.on_new_workers = None
-    emit({"type": "epoch", "epoch_restart_s": m.epoch_boundary()})
+        emit(TrialNotice(warning))
+    finished = loop.blocks(emit)
+    emit(replace(finished, warnings=(warning,) if warning else ()))
+    # After Finished: the window is closed, so the restart's CPU burst and new workers stay out of the trial's CPU
+    # and memory figures. New workers are in the trial's process group all the same.
+    loop.on_new_workers = None
+    emit(Epoch(loop.epoch_boundary()))
 
 
 def _length(loader: Any) -> int:

@@ -37,7 +37,6 @@ def prefer_oom_kill() -> None:
         handle.write("1000")
 
 
-
 class DieWithParent:
     """A `worker_init_fn` (wrapping the dataset's own, if any) that has the kernel SIGKILL a DataLoader worker
     when the process that started it dies. Without it, workers whose trial and runner were both killed live on:

@@ -21,35 +21,32 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Reply, Started, TrialNotice, Workers
 from loadertop.core.trial.procs import die_with_parent
 
-Emit = Callable[[dict[str, Any]], None]
 
-
-def aggregate(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """One finished message for the node from every rank's: rates add up (the ranks load at once), the trial is
+def aggregate(results: list[Finished]) -> Finished:
+    """One Finished message for the node from every rank's: rates add up (the ranks load at once), the trial is
     as slow to start, as spread and as stalled as its worst rank."""
-    first = results[0]
-    warnings = list(dict.fromkeys(w for r in results for w in r.get("warnings", ())))
-    return {
-        **first,
-        "batches_per_s": sum(r["batches_per_s"] for r in results),
-        "samples_per_s": sum(r["samples_per_s"] for r in results),
-        "spread": max((r["spread"] for r in results if r["spread"] is not None), default=None),
-        "first_batch_s": max(r["first_batch_s"] for r in results),
-        "stall_fraction": statistics.fmean(r["stall_fraction"] for r in results),
-        "blocks": min(r["blocks"] for r in results),
-        "measured_s": max(r["measured_s"] for r in results),
-        "stable": all(r["stable"] for r in results),
-        "ranks": len(results),
-        "rank_samples_per_s": [r["samples_per_s"] for r in results],
-        "warnings": warnings,
-    }
+    return replace(
+        results[0],
+        batches_per_s=sum(r.batches_per_s for r in results),
+        samples_per_s=sum(r.samples_per_s for r in results),
+        spread=max((r.spread for r in results if r.spread is not None), default=None),
+        first_batch_s=max(r.first_batch_s for r in results),
+        stall_fraction=statistics.fmean(r.stall_fraction for r in results),
+        blocks=min(r.blocks for r in results),
+        measured_s=max(r.measured_s for r in results),
+        stable=all(r.stable for r in results),
+        ranks=len(results),
+        rank_samples_per_s=tuple(r.samples_per_s for r in results),
+        warnings=tuple(dict.fromkeys(w for r in results for w in r.warnings)),
+    )
 
 
 # -- the ranks (trial side) ------------------------------------------------------------------------------------------
@@ -103,12 +100,7 @@ def run_ranks(settings: Settings, config: TrialConfig, send: Emit) -> None:
 def _rank_main(
     rank: int, world: int, port: int, settings: Settings, config: TrialConfig, emit: Emit, errors: int
 ) -> None:
-    import torch
     import torch.distributed as dist
-
-    from loadertop.core.trial.consumer import make_consumer
-    from loadertop.core.trial.loader import build_loader
-    from loadertop.core.trial.measure import Measurement
 
     os.environ.update(
         RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
@@ -124,40 +116,47 @@ def _rank_main(
         # trial the user merely paused during a collective. A rank that dies breaks its peers' connections at once.
         timeout=timedelta(hours=24),
     )
-    gather = _Gather(dist, world, errors if rank == 0 else None)
     try:
-        if torch.cuda.is_available():
-            torch.cuda.set_device(rank % torch.cuda.device_count())
-        built = build_loader(settings, config, rank, world)
-        consumer = make_consumer(settings, config)
-        m = Measurement(built.loader, config, settings, consumer, built.control, check_shards=built.iterable)
-
-        # Every rank starts its workers, then all take their first batches together, as under torchrun.
-        mine = {"pid": os.getpid(), "workers": m.start()}
-        every = gather(mine)
-        workers = [w for r in every for w in r["workers"]]
-        ranks = [r["pid"] for r in every[1:]]
-        emit({"type": "workers", "worker_pids": workers, "rank_pids": ranks})
-        first = m.first_batch()
-        emit({"type": "started", "worker_pids": workers, "rank_pids": ranks, "first_batch_s": first,
-              "batch_mb": m.batch_mb})  # fmt: skip
-        warning = m.warm_up()
-        if warning:
-            emit({"type": "notice", "level": "warning", "message": f"rank {rank}: {warning}"})
-
-        # One measured window for all: stopping one rank early would flatter the others.
-        elapsed = max(gather(time.perf_counter() - m.started - first))  # of the budget, which starts at the first batch
-        window = max(settings.trial_seconds - elapsed, settings.min_blocks * settings.block_seconds)
-        finished = m.blocks(_scaled(emit, world), stop_when_stable=False, seconds=window)
-        finished["warnings"] = [warning] if warning else []
-        emit(aggregate(gather(finished)))
-
-        # The epoch boundary, every rank at once (after "finished": outside the probes' steady window).
-        boundaries = [b for b in gather(m.epoch_boundary()) if b is not None]
-        emit({"type": "epoch", "epoch_restart_s": max(boundaries) if boundaries else None})
+        _measure_rank(rank, world, settings, config, emit, _Gather(dist, world, errors if rank == 0 else None))
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+
+
+def _measure_rank(rank: int, world: int, settings: Settings, config: TrialConfig, emit: Emit, gather: _Gather) -> None:
+    """One rank's measured loop, in step with the others; what rank 0 emits stands for the node."""
+    import torch
+
+    from loadertop.core.trial.consumer import make_consumer
+    from loadertop.core.trial.loader import build_loader
+    from loadertop.core.trial.measure import MeasuredLoop
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    built = build_loader(settings, config, rank, world)
+    consumer = make_consumer(settings, config)
+    loop = MeasuredLoop(built.loader, config, settings, consumer, built.control, check_shards=built.iterable)
+
+    # Every rank starts its workers, then all take their first batches together, as under torchrun.
+    every = gather((os.getpid(), loop.start()))
+    workers = tuple(w for _, pids in every for w in pids)
+    ranks = tuple(pid for pid, _ in every[1:])
+    emit(Workers(workers, ranks))
+    first = loop.first_batch()
+    emit(Started(workers, first, loop.batch_mb, ranks))
+    warning = loop.warm_up()
+    if warning:
+        emit(TrialNotice(f"rank {rank}: {warning}"))
+
+    # One measured window for all: stopping one rank early would flatter the others.
+    elapsed = max(gather(time.perf_counter() - loop.started - first))  # of the budget, which starts at the first batch
+    window = max(settings.trial_seconds - elapsed, settings.min_blocks * settings.block_seconds)
+    finished = loop.blocks(_scaled(emit, world), stop_when_stable=False, seconds=window)
+    emit(aggregate(gather(replace(finished, warnings=(warning,) if warning else ()))))
+
+    # The epoch boundary, every rank at once (after Finished: outside the window).
+    boundaries = [b for b in gather(loop.epoch_boundary()) if b is not None]
+    emit(Epoch(max(boundaries) if boundaries else None))
 
 
 class _Gather:
@@ -181,12 +180,13 @@ class _Gather:
 
 
 def _scaled(emit: Emit, world: int) -> Emit:
-    """Live blocks from rank 0 stand for the node: rates × ranks (the finished figure sums the real ones)."""
+    """Live blocks from rank 0 stand for the node: rates × ranks (the Finished figure sums the real ones)."""
 
-    def send(message: dict[str, Any]) -> None:
-        if message.get("type") == "block":
-            message = {**message, "batches_per_s": message["batches_per_s"] * world,
-                       "samples_per_s": message["samples_per_s"] * world, "ranks": world}  # fmt: skip
+    def send(message: Reply) -> None:
+        if isinstance(message, Block):
+            message = replace(
+                message, batches_per_s=message.batches_per_s * world, samples_per_s=message.samples_per_s * world
+            )
         emit(message)
 
     return send

@@ -5,13 +5,11 @@ Runs in the process the runner forks per trial (it leads the trial's process gro
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.protocol import Emit
 
 
-def run_trial(settings: Settings, config: TrialConfig, send: Callable[[dict[str, Any]], None]) -> None:
+def run_trial(settings: Settings, config: TrialConfig, send: Emit) -> None:
     if settings.ranks > 1:
         from loadertop.core.trial.ranks import run_ranks
 

@@ -2,7 +2,7 @@
 
     python -m loadertop.core.trial.runner
 
-Requests come as JSON lines on stdin; events go out as JSON lines on the original stdout. Anything
+Requests come on stdin and messages go out on the original stdout, one JSON line each (model/protocol.py). Anything
 else written to fd 1 or 2 (worker warnings, the user's prints) lands in the run folder's log, because
 the driver points stderr there and we point fd 1 at it too. Each trial process leads its own process
 group, so the driver can freeze, thaw or kill a trial and all its DataLoader workers with one signal.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import select
 import signal
@@ -22,15 +21,31 @@ import time
 import traceback
 from typing import Any
 
-from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.config import Settings
+from loadertop.core.model.protocol import (
+    PROTOCOL_VERSION,
+    CeilingRequest,
+    Checked,
+    CheckRequest,
+    Exited,
+    Failed,
+    Forked,
+    ProtocolError,
+    Ready,
+    Reply,
+    TrialRequest,
+    decode,
+    encode,
+)
 from loadertop.core.trial.procs import become_subreaper, die_with_parent, prefer_oom_kill
 
 _EVENTS_FD = -1
+ExitStatus = tuple[int | None, int | None]  # (the signal that killed it, or None; its exit code, or None)
 
 
-def emit(message: dict[str, Any]) -> None:
+def emit(message: Reply) -> None:
     # One write per line, under PIPE_BUF: lines from the runner and its trial never interleave.
-    os.write(_EVENTS_FD, (json.dumps(message) + "\n").encode())
+    os.write(_EVENTS_FD, encode(message).encode())
 
 
 def main() -> int:
@@ -49,28 +64,32 @@ def main() -> int:
     # instead of 14. That copy is our import's, not the user's dataset's, so collect once before any fork.
     gc.collect()
 
-    emit({"type": "ready", "pid": os.getpid()})
-    child: int | None = None
+    emit(Ready(PROTOCOL_VERSION, os.getpid()))
     for line in sys.stdin:
-        request = json.loads(line)
-        if request["type"] == "check":
+        request = decode(line)
+        if isinstance(request, CheckRequest):
             _check(request)
-            continue
-        child = os.fork()
-        if child == 0:
-            os.setpgid(0, 0)
-            code = _ceiling_main(request) if request["type"] == "ceiling" else _trial_main(request)
-            os._exit(code)
-        with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
-            os.setpgid(child, child)
-        emit({"type": "forked", "index": request["index"], "pid": child})
-        status = _wait_child(child)
-        child = None
-        emit({"type": "exited", "index": request["index"], **status})
+        elif isinstance(request, TrialRequest | CeilingRequest):
+            _run_forked(request)
+        else:
+            raise ProtocolError(f"the runner takes requests, not {type(request).__name__}")
     return 0
 
 
-def _wait_child(pid: int) -> dict[str, Any]:
+def _run_forked(request: TrialRequest | CeilingRequest) -> None:
+    """A trial (or the ceiling) in a forked process that leads its own process group; returns once it exited."""
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)
+        os._exit(_ceiling_main(request) if isinstance(request, CeilingRequest) else _trial_main(request))
+    with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
+        os.setpgid(child, child)
+    emit(Forked(request.index, child))
+    killed_by, returncode = _wait_child(child)
+    emit(Exited(request.index, killed_by, returncode))
+
+
+def _wait_child(pid: int) -> ExitStatus:
     """Wait for the trial, then kill what is left of its group and reap it (we are the subreaper).
 
     If our stdin closes meanwhile, the driver died: kill the trial's group and leave."""
@@ -89,7 +108,7 @@ def _wait_child(pid: int) -> dict[str, Any]:
             raise SystemExit(0)
 
 
-def _reap(trial_pid: int) -> dict[str, Any] | None:
+def _reap(trial_pid: int) -> ExitStatus | None:
     """Reap every exited child (orphaned workers come to us); return the trial's status if it exited."""
     found = None
     while True:
@@ -100,10 +119,7 @@ def _reap(trial_pid: int) -> dict[str, Any] | None:
         if pid == 0:
             return found
         if pid == trial_pid:
-            if os.WIFSIGNALED(status):
-                found = {"signal": os.WTERMSIG(status), "returncode": None}
-            else:
-                found = {"signal": None, "returncode": os.WEXITSTATUS(status)}
+            found = (os.WTERMSIG(status), None) if os.WIFSIGNALED(status) else (None, os.WEXITSTATUS(status))
 
 
 def _has_children() -> bool:
@@ -119,7 +135,7 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def _check(request: dict[str, Any]) -> None:
+def _check(request: CheckRequest) -> None:
     """Validate the dataset spec (and consumer, knobs) before the sweep: exit 2 on a bad one.
 
     In a forked child, so the user's imports, threads and open files never become part of the runner that every
@@ -137,38 +153,36 @@ def _check(request: dict[str, Any]) -> None:
     if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 2):
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"code {os.WEXITSTATUS(status)}"
         error = f"loading the dataset killed its process ({how}); see runner.log"
-        emit({"type": "checked", "ok": False, "error": error})
+        emit(Checked(ok=False, error=error))
 
 
-def _check_child(request: dict[str, Any]) -> int:
+def _check_child(request: CheckRequest) -> int:
     from loadertop.core.datasets.errors import SpecError
     from loadertop.core.datasets.spec import load_dataset
 
-    settings = Settings.from_dict(request["settings"]) if "settings" in request else None
+    settings = request.settings
     try:
-        dataset, extra = load_dataset(request["dataset"], dict(request.get("dataset_args", {})))
-        methods = set(request.get("start_methods", []))
+        dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
+        methods = set(request.start_methods)
         if methods & {"spawn", "forkserver"}:
             _check_picklable(dataset, extra, sorted(methods & {"spawn", "forkserver"}))
-        iterable = _check_items(dataset, request["dataset"])
-        if settings is not None:
-            _check_settings(settings, extra)
+        iterable = _check_items(dataset, settings.dataset)
+        _check_settings(settings, extra)
         summary = f"dataset {type(dataset).__name__}"
         length = _len(dataset)
         summary += f", {length} samples" if length is not None else " (iterable)"
         if extra:
             summary += f"; the factory sets {', '.join(sorted(extra))}"
-        emit({"type": "checked", "ok": True, "dataset": type(dataset).__name__, "length": length,
-              "iterable": iterable, "extra": sorted(extra), "summary": summary})  # fmt: skip
+        emit(Checked(True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary))
         return 0
     except SpecError as exc:
         traceback.print_exc()
-        emit({"type": "checked", "ok": False, "error": str(exc)})
+        emit(Checked(ok=False, error=str(exc)))
         return 2
     except Exception as exc:  # the user's code failed in a way load_dataset did not foresee: still one line
         traceback.print_exc()
         error = " ".join(f"checking the dataset raised {type(exc).__name__}: {exc}".split())
-        emit({"type": "checked", "ok": False, "error": error})
+        emit(Checked(ok=False, error=error))
         return 2
 
 
@@ -237,51 +251,37 @@ def _len(dataset: Any) -> int | None:
         return None
 
 
-def _ceiling_main(request: dict[str, Any]) -> int:
+def _ceiling_main(request: CeilingRequest) -> int:
     """The consumer alone on a cached batch (ceiling.py), in a forked process like a trial."""
     die_with_parent()
     from loadertop.core.trial.ceiling import ceiling_main
 
     try:
-        return ceiling_main(request, emit)
+        return ceiling_main(request.settings, emit)
     finally:
         sys.stderr.flush()
 
 
-def _trial_main(request: dict[str, Any]) -> int:
+def _trial_main(request: TrialRequest) -> int:
     """The trial process: build the dataset and DataLoader, measure, report. Never returns normally."""
-    index = request["index"]
-
-    def send(message: dict[str, Any]) -> None:
-        emit({"index": index, "pid": os.getpid(), **message})
-
     die_with_parent()  # the runner died: so does the trial
     import faulthandler
 
     faulthandler.enable()  # a segfault in the dataset's native code leaves its Python stack in the log
     try:
-        settings = Settings.from_dict(request["settings"])
-        config = TrialConfig.from_dict(request["config"])
-        print(f"--- trial {index}: {config.label()}", file=sys.stderr, flush=True)
+        print(f"--- trial {request.index}: {request.config.label()}", file=sys.stderr, flush=True)
         from loadertop.core.trial.run import run_trial
 
-        run_trial(settings, config, send)
+        run_trial(request.settings, request.config, emit)
         return 0
     except BaseException as exc:
         traceback.print_exc()
         from loadertop.core.trial.crashes import describe
 
-        send({"type": "failed", "error": describe(exc)})
+        emit(Failed(describe(exc)))
         return 1
     finally:
         sys.stderr.flush()
-
-
-def _build_loader(settings: Settings, config: TrialConfig) -> Any:
-    """The trial's DataLoader (loader.py builds it, with the epoch control the measured loop uses)."""
-    from loadertop.core.trial.loader import build_loader
-
-    return build_loader(settings, config).loader
 
 
 if __name__ == "__main__":

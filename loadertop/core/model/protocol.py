@@ -1,0 +1,346 @@
+"""The runner protocol: every message between the driver (loadertop's process) and the runner (and the trials it
+forks), one frozen dataclass per kind, one JSON line each.
+
+    line = encode(TrialRequest(index, config, settings))   # '{"type": "trial", "index": 0, ...}\\n'
+    message = decode(line)                                  # TrialRequest(...), or ProtocolError
+
+Requests go driver → runner on the runner's stdin; everything else goes back on its events pipe. The runner's
+first message is `Ready`, which carries PROTOCOL_VERSION: a runner from another install is refused by `decode`
+before anything else is read. Field types are limited to those in `_CODECS`, so every message round-trips.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from loadertop.core.model.config import Settings, TrialConfig
+
+PROTOCOL_VERSION = 1
+
+
+class ProtocolError(ValueError):
+    """A line that is not a message of this protocol version."""
+
+
+# -- requests: driver → runner ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckRequest:
+    """Load the dataset spec (and check the consumer and knobs) before the sweep."""
+
+    TYPE: ClassVar[str] = "check"
+    settings: Settings
+    start_methods: tuple[str, ...] = ()  # those planned: spawn and forkserver need a picklable dataset
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    TYPE: ClassVar[str] = "trial"
+    index: int
+    config: TrialConfig
+    settings: Settings
+
+
+@dataclass(frozen=True)
+class CeilingRequest:
+    """Measure the ceiling: the consumer alone on a cached batch, for each batch size."""
+
+    TYPE: ClassVar[str] = "ceiling"
+    index: int
+    settings: Settings
+
+
+# -- the runner's own messages ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The runner's first message: torch is imported, requests may come."""
+
+    TYPE: ClassVar[str] = "ready"
+    version: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Checked:
+    TYPE: ClassVar[str] = "checked"
+    ok: bool
+    error: str | None = None
+    dataset: str | None = None  # the dataset's class name
+    length: int | None = None  # None for an IterableDataset without __len__
+    iterable: bool = False
+    extra: tuple[str, ...] = ()  # DataLoader arguments the factory sets
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class Forked:
+    """The trial's (or the ceiling's) process exists and leads its own process group."""
+
+    TYPE: ClassVar[str] = "forked"
+    index: int
+    pid: int
+
+
+@dataclass(frozen=True)
+class Exited:
+    """The forked process is gone and what was left of its group is killed and reaped."""
+
+    TYPE: ClassVar[str] = "exited"
+    index: int
+    signal: int | None  # the signal that killed it, or None when it exited
+    returncode: int | None
+
+
+# -- a trial's messages (from its process; with --ranks, from rank 0) -----------------------------------------------
+
+
+@dataclass(frozen=True)
+class Workers:
+    """The DataLoader workers exist (again, after an epoch boundary restarted them)."""
+
+    TYPE: ClassVar[str] = "workers"
+    worker_pids: tuple[int, ...]
+    rank_pids: tuple[int, ...] = ()  # --ranks: the main processes of ranks 1..R-1
+
+
+@dataclass(frozen=True)
+class Started:
+    """The first batch arrived: start-up is over and reported apart."""
+
+    TYPE: ClassVar[str] = "started"
+    worker_pids: tuple[int, ...]
+    first_batch_s: float
+    batch_mb: float  # what each batch in flight holds
+    rank_pids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Measuring:
+    """The next block opens the window (the steady part of the trial the probes summarise)."""
+
+    TYPE: ClassVar[str] = "measuring"
+
+
+@dataclass(frozen=True)
+class Block:
+    """One measured block: batches timed together. Rates of a --ranks trial stand for the node."""
+
+    TYPE: ClassVar[str] = "block"
+    block: int  # 1-based count of clean blocks
+    batches: int
+    samples: int
+    seconds: float
+    batches_per_s: float
+    samples_per_s: float
+    stall_fraction: float  # over the measured blocks so far
+    elapsed_s: float  # since iter(loader)
+    spread: float | None  # IQR/median of the last min_blocks blocks; None until there are that many
+
+
+@dataclass(frozen=True)
+class Finished:
+    """The trial's measurement (the window is closed); a --ranks trial sends the node's, aggregated."""
+
+    TYPE: ClassVar[str] = "finished"
+    batches_per_s: float
+    samples_per_s: float
+    spread: float | None  # None when one block was all there was
+    first_batch_s: float
+    stall_fraction: float
+    blocks: int
+    measured_s: float
+    warmup_batches: int
+    stable: bool  # the spread reached the target before the time budget ran out
+    epoch_batches: int | None = None  # set when blocks were whole epochs
+    epoch_restart_s: float | None = None  # an epoch boundary crossed while measuring; Epoch may follow with one
+    warnings: tuple[str, ...] = ()
+    ranks: int = 1
+    rank_samples_per_s: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """After Finished: the wait from the end of one epoch to the next one's first batch."""
+
+    TYPE: ClassVar[str] = "epoch"
+    epoch_restart_s: float | None  # None when the epoch could not be ended and none was crossed
+
+
+@dataclass(frozen=True)
+class TrialNotice:
+    """Something the user should read about the trial (it becomes an events.Notice)."""
+
+    TYPE: ClassVar[str] = "notice"
+    message: str
+    level: str = "warning"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The trial (or the ceiling) failed; the message is one line, the traceback is in runner.log."""
+
+    TYPE: ClassVar[str] = "failed"
+    error: str
+
+
+@dataclass(frozen=True)
+class CeilingMeasured:
+    """The ceiling of one batch size; samples_per_s None when there is none (the note says why)."""
+
+    TYPE: ClassVar[str] = "ceiling_result"
+    batch_size: int
+    samples_per_s: float | None
+    note: str
+    spread: float | None = None
+
+
+Request = CheckRequest | TrialRequest | CeilingRequest
+Reply = (
+    Ready
+    | Checked
+    | Forked
+    | Exited
+    | Workers
+    | Started
+    | Measuring
+    | Block
+    | Finished
+    | Epoch
+    | TrialNotice
+    | Failed
+    | CeilingMeasured
+)
+Message = Request | Reply
+Emit = Callable[[Reply], None]  # how the runner and the trial side send a message
+KINDS: tuple[type[Any], ...] = (
+    CheckRequest, TrialRequest, CeilingRequest, Ready, Checked, Forked, Exited, Workers, Started, Measuring, Block,
+    Finished, Epoch, TrialNotice, Failed, CeilingMeasured,
+)  # fmt: skip
+_BY_TYPE: dict[str, type[Any]] = {kind.TYPE: kind for kind in KINDS}
+
+
+# -- fields: each annotation a message may use, with its JSON form ---------------------------------------------------
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ProtocolError(f"expected an integer, got {value!r}")
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    raise ProtocolError(f"expected a number, got {value!r}")
+
+
+def _str(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    raise ProtocolError(f"expected a string, got {value!r}")
+
+
+def _bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ProtocolError(f"expected true or false, got {value!r}")
+
+
+def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else read(value)
+
+
+def _tuple_of(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def tuple_of(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list):
+            raise ProtocolError(f"expected a list, got {value!r}")
+        return tuple(read(v) for v in value)
+
+    return tuple_of
+
+
+def _record(kind: type[TrialConfig] | type[Settings]) -> Callable[[Any], Any]:
+    def record(value: Any) -> Any:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"expected an object, got {value!r}")
+        return kind.from_dict(value)
+
+    return record
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+# annotation → (to JSON, from JSON)
+_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
+    "int": (_same, _int),
+    "float": (_same, _float),
+    "str": (_same, _str),
+    "bool": (_same, _bool),
+    "int | None": (_same, _optional(_int)),
+    "float | None": (_same, _optional(_float)),
+    "str | None": (_same, _optional(_str)),
+    "tuple[int, ...]": (list, _tuple_of(_int)),
+    "tuple[float, ...]": (list, _tuple_of(_float)),
+    "tuple[str, ...]": (list, _tuple_of(_str)),
+    "TrialConfig": (TrialConfig.to_dict, _record(TrialConfig)),
+    "Settings": (Settings.to_dict, _record(Settings)),
+}
+for _kind in KINDS:  # a field of another type would not round-trip: fail at import, not mid-sweep
+    for _field in dataclasses.fields(_kind):
+        if _field.type not in _CODECS:
+            raise TypeError(f"{_kind.__name__}.{_field.name}: the protocol has no codec for {_field.type}")
+
+
+def encode(message: Message) -> str:
+    """One JSON line (newline included), tagged with the message's type."""
+    data: dict[str, Any] = {"type": message.TYPE}
+    for f in dataclasses.fields(message):
+        data[f.name] = _CODECS[str(f.type)][0](getattr(message, f.name))
+    return json.dumps(data) + "\n"
+
+
+def decode(line: str | bytes) -> Message:
+    """The message a line carries. Raises ProtocolError for anything else, naming what is wrong."""
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise ProtocolError(f"not a JSON line ({exc}): {_clip(line)}") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"not a JSON object: {_clip(line)}")
+    tag = data.pop("type", None)
+    kind = _BY_TYPE.get(tag) if isinstance(tag, str) else None
+    if kind is None:
+        raise ProtocolError(f"unknown message type {tag!r}: {_clip(line)}")
+    if kind is Ready and data.get("version") != PROTOCOL_VERSION:  # first, whatever else a newer Ready carries
+        raise ProtocolError(
+            f"the runner speaks protocol version {data.get('version')!r}, this loadertop speaks {PROTOCOL_VERSION}: "
+            "it comes from another loadertop install (check PYTHONPATH and the virtual environment)"
+        )
+    fields = {f.name: str(f.type) for f in dataclasses.fields(kind)}
+    if unknown := sorted(set(data) - set(fields)):
+        raise ProtocolError(f"{tag}: unknown fields {', '.join(unknown)}")
+    values = {}
+    for name, value in data.items():
+        try:
+            values[name] = _CODECS[fields[name]][1](value)
+        except (ProtocolError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"{tag}.{name}: {exc}") from None
+    try:
+        return kind(**values)  # type: ignore[no-any-return]
+    except TypeError as exc:  # a required field is missing
+        raise ProtocolError(f"{tag}: {exc}") from None
+
+
+def _clip(line: str | bytes, limit: int = 200) -> str:
+    text = line.decode(errors="replace") if isinstance(line, bytes) else line
+    text = text.strip()
+    return text if len(text) <= limit else text[:limit] + "…"
