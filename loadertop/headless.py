@@ -20,8 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loadertop.core.engine import HEADERS, RSS_FOOTNOTE, Sweep, marks, num, pct, trial_cells
-from loadertop.core.engine.export import write_csv, write_json
+from loadertop.core.engine import FOOTNOTE, HEADERS, Report, Sweep, build_report, num, pct, write_csv, write_json
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import (
     Event,
@@ -34,8 +33,8 @@ from loadertop.core.model.events import (
 )
 from loadertop.core.model.results import SweepResult, TrialResult
 
+EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
-EXIT_USAGE = 2
 HOLD_S = 5.0  # the longest the opening lines wait for the first trial once the dataset loaded
 CHECK_HOLD_S = 120.0  # ... and for the dataset check itself (a runner importing torch on a busy machine)
 
@@ -45,40 +44,25 @@ def trial_line(trial: TrialResult, total: int) -> str:
     if trial.status != "ok":
         return f"{head} {trial.status}: {trial.error}"
     return (
-        f"{head} {num(trial.samples_per_s, '7.0f')} samples/s ±{pct(trial.spread, '.1f'):>5}  "
-        f"stall {pct(trial.stall_fraction):>4}  first batch {num(trial.first_batch_s, '.2f')} s  "
+        f"{head} {num(trial.samples_per_s):>7} samples/s ±{pct(trial.spread):>5}  "
+        f"stall {pct(trial.stall_fraction):>4}  first batch {num(trial.first_batch_s, 2, ' s')}  "
         f"({trial.blocks} {'block' if trial.blocks == 1 else 'blocks'}"
         f"{f' of {trial.epoch_batches}-batch epochs' if trial.epoch_batches else ''}"
         f"{'' if trial.stable else ', not stable'})"
     )
 
 
-def change_cell(trial: TrialResult, previous: SweepResult) -> str:
-    """Throughput against the same configuration in the previous run: +12%, or new / – when not comparable."""
-    old = next((t for t in previous.trials if t.config == trial.config and t.status == "ok"), None)
-    if old is None or not old.samples_per_s:
-        return "new" if old is None else "–"
-    if trial.status != "ok" or trial.samples_per_s is None:
-        return "–"
-    return f"{trial.samples_per_s / old.samples_per_s - 1:+.0%}"
-
-
-def results_table(result: SweepResult, previous: SweepResult | None = None) -> Table:
-    table = Table(title="loadertop results", title_justify="left", caption=RSS_FOOTNOTE, caption_justify="left")
-    for header in HEADERS:
-        table.add_column(header, justify="left" if header == "status" else "right", no_wrap=header != "status")
-    if previous is not None:
-        table.add_column("vs prev", justify="right", no_wrap=True)
-    table.add_column("why")
-    for trial in result.trials:
-        cells = trial_cells(trial)
-        if previous is not None:
-            cells.append(change_cell(trial, previous))
-        note = ", ".join(marks(trial, result))
-        style = "bold green" if "recommended" in note else ("yellow" if "knee" in note else None)
-        why = f"[{note}] {trial.reason}" if note else trial.reason
-        # Cells are plain text: an error such as "bad value [/data/x]" is not markup (nor is "[knee]").
-        table.add_row(*(escape(c) for c in cells), escape(why) if trial.status == "ok" else "", style=style)
+def results_table(report: Report) -> Table:
+    """The report as a rich table: cells are the report's, styled by row (★ bold green, ◆ yellow)."""
+    table = Table(title="loadertop results", title_justify="left", caption=FOOTNOTE, caption_justify="left")
+    for key in report.columns:
+        left = key in ("mark", "status", "why")
+        table.add_column(HEADERS[key], justify="left" if left else "right", no_wrap=key not in ("status", "why"))
+    for row in report.rows:
+        cells = report.cells(row)
+        style = "bold green" if row.recommended else ("yellow" if row.knee else None)
+        # Cells are plain text: an error such as "bad value [/data/x]" is not markup.
+        table.add_row(*(escape(cells[key]) for key in report.columns), style=style)
     return table
 
 
@@ -207,14 +191,14 @@ class Reporter:
             self.progress = None
 
     def summary(self, result: SweepResult) -> None:
-        self.out.print(results_table(result, self.previous))
+        self.out.print(results_table(build_report(result, self.previous)))
         if self.previous is not None:
             self.out.print(f"vs prev: samples/s against {self.previous.run_dir or 'the previous run'}", markup=False)
         if result.knee:
             self.out.print(f"Knee ({result.knee.rule}): {result.knee.reason}", markup=False)
         if result.recommendation:
             rec = result.recommendation
-            self.out.print(f"Recommended: {rec.config.label()}, {rec.samples_per_s:.0f} samples/s", markup=False)
+            self.out.print(f"Recommended: {rec.config.label()}, {num(rec.samples_per_s)} samples/s", markup=False)
             self.out.print(f"Why: {rec.reason}", markup=False)
             self.out.print(rec.snippet, markup=False)
         else:
@@ -239,31 +223,43 @@ def run_headless(
     reporter = Reporter(out, err, previous, checked=sweep.checked)
     caught: list[int] = []
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         caught.append(signum)
         if signum == signal.SIGHUP:
             reporter.hang_up()  # the terminal is gone: never write to it again
         sweep.cancel()
 
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         for event in sweep.events():
             reporter.handle(event)
     finally:
         reporter.stop()
-        for sig, handler in previous.items():
+        for sig, handler in handlers.items():
             signal.signal(sig, handler)
     result = sweep.result
     assert result is not None
-    for path, write in ((json_path, write_json), (csv_path, write_csv)):
-        if path is not None:
-            try:
-                write(result, path)
-            except OSError as exc:  # the folder went away or filled up during the sweep
-                reporter.err.print(f"loadertop: error: cannot write {path}: {exc.strerror or exc}; "
-                                   f"the result is in {result.run_dir}", markup=False)  # fmt: skip
-                return EXIT_USAGE
-            reporter.err.print(f"loadertop: wrote {path}", markup=False)
+    failed = _export(reporter, result, previous, json_path, csv_path)
     if caught:
         return EXIT_INTERRUPTED if caught[0] == signal.SIGINT else 128 + caught[0]
-    return 0
+    return EXIT_FAILED if failed else 0
+
+
+def _export(
+    reporter: Reporter, result: SweepResult, previous: SweepResult | None, json_path: Path | None, csv_path: Path | None
+) -> bool:
+    """Write the asked-for files; True when one could not be (said in one line; the run folder has every trial)."""
+    failed = False
+    writes = ((json_path, lambda p: write_json(result, p)), (csv_path, lambda p: write_csv(result, p, previous)))
+    for path, write in writes:
+        if path is None:
+            continue
+        try:
+            write(path)
+        except OSError as exc:  # the folder went away or filled up during the sweep: the usage was fine
+            reporter.err.print(f"loadertop: error: cannot write {path}: {exc.strerror or exc}; "
+                               f"the result is in {result.run_dir}", markup=False)  # fmt: skip
+            failed = True
+            continue
+        reporter.err.print(f"loadertop: wrote {path}", markup=False)
+    return failed

@@ -171,4 +171,4 @@ def test_grid_over_batch_prefetch_persistent_through_the_cli(tmp_path: Path) -> 
     assert all("in_order" in t["config"] for t in trials)
     assert "epoch" in out.stdout and "skipped" in out.stdout
     rows = list(csv.DictReader(csv_path.open()))
-    assert len(rows) == len(trials) and rows[1]["epoch_restart_s"] != ""
+    assert len(rows) == len(trials) and all(r["epoch_restart_s"] != "" for r in rows if r["status"] == "ok")

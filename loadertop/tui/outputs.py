@@ -11,7 +11,7 @@ EXPORT_NAMES = {"json": "result.json", "csv": "results.csv", "markdown": "result
 
 def export_all(result: SweepResult, run_dir: Path) -> list[Path]:
     """JSON, CSV and Markdown into the run folder, through the engine's writers (the headless face's too)."""
-    from loadertop.core.engine import export as writers  # at call time: tests substitute the module
+    from loadertop.core import engine as writers  # looked up at call time: tests substitute the writers
 
     run_dir.mkdir(parents=True, exist_ok=True)
     paths = {kind: run_dir / name for kind, name in EXPORT_NAMES.items()}
@@ -23,7 +23,7 @@ def export_all(result: SweepResult, run_dir: Path) -> list[Path]:
 
 def write_requested(result: SweepResult, json_path: Path | None, csv_path: Path | None) -> dict[Path, str | None]:
     """--json/--csv with the engine's writers, as the headless face writes them: path -> None, or the error."""
-    from loadertop.core.engine import export as writers  # at call time: tests substitute the module
+    from loadertop.core import engine as writers  # looked up at call time: tests substitute the writers
 
     done: dict[Path, str | None] = {}
     for path, write in ((json_path, writers.write_json), (csv_path, writers.write_csv)):

@@ -1,4 +1,4 @@
-"""Exports of a SweepResult: JSON (the contract), CSV (one row per trial) and Markdown."""
+"""Exports of a SweepResult: JSON (the contract, one entry per trial), CSV and Markdown (the report's rows)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ import io
 import json
 from pathlib import Path
 
+from loadertop.core.engine.report import FOOTNOTE, HEADERS, Report, ReportRow, build_report
 from loadertop.core.engine.runfolder import write_atomic
-from loadertop.core.engine.table import HEADERS, RSS_FOOTNOTE, marks, trial_cells
-from loadertop.core.model.results import SweepResult, TrialResult
+from loadertop.core.model.results import SweepResult
 
+# The columns from when a line was a trial, kept by name; the report's additions at the end.
 CSV_COLUMNS = [
     "index",
     "num_workers",
@@ -35,6 +36,11 @@ CSV_COLUMNS = [
     "gpu_util",
     "reason",
     "error",
+    "runs",
+    "uss_per_worker_mb",
+    "recommended",
+    "knee",
+    "change_vs_previous",
 ]
 
 
@@ -43,35 +49,47 @@ def write_json(result: SweepResult, path: Path) -> Path:
     return Path(path)
 
 
-def csv_row(trial: TrialResult) -> dict[str, object]:
-    row: dict[str, object] = {**trial.config.to_dict(), **trial.to_dict()}
-    row["worker_uss_mb"] = " ".join(f"{v:.1f}" for v in trial.worker_uss_mb)
-    return {k: row.get(k) for k in CSV_COLUMNS}
+def csv_row(row: ReportRow, result: SweepResult) -> dict[str, object]:
+    """One configuration: the report's figures unrounded; the per-trial fields from its latest run."""
+    latest = next(t for t in result.trials if t.index == row.runs[-1])
+    data: dict[str, object] = {**row.config.to_dict(), **latest.to_dict()}
+    data.update(
+        status=row.status,
+        samples_per_s=row.samples_per_s,
+        spread=row.spread,
+        stall_fraction=row.stall_fraction,
+        cpu_percent=row.cpu_percent,
+        runs=" ".join(map(str, row.runs)),
+        uss_per_worker_mb=row.uss_per_worker_mb,
+        recommended=row.recommended,
+        knee=row.knee,
+        change_vs_previous=row.change,
+    )
+    data["worker_uss_mb"] = " ".join(f"{v:.1f}" for v in latest.worker_uss_mb)
+    return {k: data.get(k) for k in CSV_COLUMNS}
 
 
-def write_csv(result: SweepResult, path: Path) -> Path:
+def write_csv(result: SweepResult, path: Path, previous: SweepResult | None = None) -> Path:
     out = io.StringIO()
     writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS)
     writer.writeheader()
-    for trial in result.trials:
-        writer.writerow(csv_row(trial))
+    for row in build_report(result, previous).rows:
+        writer.writerow(csv_row(row, result))
     write_atomic(Path(path), out.getvalue())
     return Path(path)
 
 
-def markdown_table(result: SweepResult) -> str:
-    rows = [HEADERS, tuple("---" for _ in HEADERS)]
-    for trial in result.trials:
-        cells = trial_cells(trial)
-        note = ", ".join(marks(trial, result))
-        if note:
-            cells[-1] = f"**{note}** {cells[-1]}"
-        rows.append(tuple(cells))
-    return "\n".join("| " + " | ".join(row) + " |" for row in rows) + f"\n\n{RSS_FOOTNOTE}\n"
+def markdown_table(report: Report) -> str:
+    columns = report.columns
+    lines = [tuple(HEADERS[k] for k in columns), tuple("---" for _ in columns)]
+    for row in report.rows:
+        cells = report.cells(row)
+        lines.append(tuple(" ".join(cells[k].split()).replace("|", "\\|") for k in columns))  # one line per row
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines) + f"\n\n{FOOTNOTE}\n"
 
 
-def markdown(result: SweepResult) -> str:
-    parts = [f"# loadertop run\n\n{result.machine.summary()}\n", markdown_table(result)]
+def markdown(result: SweepResult, previous: SweepResult | None = None) -> str:
+    parts = [f"# loadertop run\n\n{result.machine.summary()}\n", markdown_table(build_report(result, previous))]
     if result.recommendation:
         r = result.recommendation
         parts.append(f"**Use:** `{r.snippet}`\n\n{r.reason}\n")
@@ -80,6 +98,6 @@ def markdown(result: SweepResult) -> str:
     return "\n".join(parts)
 
 
-def write_markdown(result: SweepResult, path: Path) -> Path:
-    write_atomic(Path(path), markdown(result))
+def write_markdown(result: SweepResult, path: Path, previous: SweepResult | None = None) -> Path:
+    write_atomic(Path(path), markdown(result, previous))
     return Path(path)

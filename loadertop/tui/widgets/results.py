@@ -1,7 +1,11 @@
-"""Results table: one row per configuration, redrawn when a trial starts or ends (never per sample)."""
+"""Results table: one row per configuration, redrawn when a trial starts or ends (never per sample).
+
+Figures and marks are the engine's report, cell for cell what headless, Markdown and CSV print; the state adds what
+only a live table has: rows not measured yet, the running one, a queued rerun, and which row is compared with what."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from rich.style import Style
@@ -9,40 +13,60 @@ from rich.text import Text
 from textual.binding import Binding, BindingType
 from textual.widgets import DataTable
 
+from loadertop.core.engine import Report, ReportRow, build_report, config_cells, ordered
 from loadertop.core.model.config import TrialConfig
-from loadertop.tui import fmt
+from loadertop.core.model.results import TrialResult
 from loadertop.tui.state import Row, SweepState
 
 RERUN_ROW_HELP = "rerun the highlighted configuration with more repeats (tighter spread)"
 
-COLUMNS = (
+COLUMNS = (  # (label, the report's column key)
     ("", "mark"),
     ("w", "workers"),
     ("bs", "batch"),
     ("pf", "prefetch"),
     ("pin", "pin"),
-    ("pers", "persistent"),
-    ("samples/s", "sps"),
+    ("pers", "persist"),
+    ("samples/s", "samples/s"),
     ("±", "spread"),
     ("Δ prev", "change"),
     ("stall", "stall"),
     ("1st", "first"),
-    ("USS/w", "uss"),
-    ("PSS", "pss"),
+    ("USS/w MB", "uss"),
+    ("PSS MB", "pss"),
     ("GPU", "gpu"),
     ("status", "status"),
 )
-
+LEFT = ("mark", "status")
 
 NOT_OK = ("failed", "skipped")
 UNMEASURED = (*NOT_OK, "not run", "interrupted")  # said in the samples/s column, visible at 80 columns
 
 
-def _check(flag: bool) -> str:
-    return "✓" if flag else "·"
+def live_report(state: SweepState) -> Report | None:
+    """The report of what the table shows: the finished result, or mid-sweep every run so far (a finalist's repeats
+    included), compared with the previous run; after a row rerun, each rerun row with what it showed before."""
+    shown = state.snapshot()
+    if shown is None:
+        return None
+    if state.running:
+        shown = replace(shown, trials=tuple(t for row in state.rows for t in _runs(row)))
+    previous = state.previous
+    if state.only:
+        baselines = tuple(row.baseline for row in state.rows if _compared(row) and row.baseline is not None)
+        previous = replace(shown, trials=baselines) if baselines else None
+    return build_report(shown, previous)
 
 
-def status_text(row: Row) -> str:
+def _runs(row: Row) -> list[TrialResult]:
+    return row.runs or ([row.result] if row.result is not None else [])
+
+
+def _compared(row: Row) -> bool:
+    return row.baseline is not None and row.baseline is not row.result
+
+
+def status_text(row: Row, measured: ReportRow | None = None) -> str:
     result = row.result
     if row.status in NOT_OK and result is not None:
         why = (result.error or result.reason or "no reason given").strip()
@@ -54,13 +78,13 @@ def status_text(row: Row) -> str:
     if row.status == "not needed":
         return "not needed (search settled)"
     parts = [row.status]
-    if row.status == "ok" and result is not None:
-        if len(row.runs) > 1:
-            parts.append(f"mean of {len(row.runs)}")  # a finalist measured again
-        if not result.stable:
+    if row.status == "ok" and measured is not None:
+        if measured.ok_runs > 1:
+            parts.append(f"mean of {measured.ok_runs}")  # a finalist measured again
+        if not measured.stable:
             parts.append("noisy")
-        if result.warnings:
-            parts.append(f"⚠ {result.warnings[0]}")
+        if measured.warnings:
+            parts.append(f"⚠ {measured.warnings[0]}")
     return " · ".join(parts)
 
 
@@ -93,53 +117,56 @@ class ResultsTable(DataTable):
         # The cursor follows the state's selection (the user's row, or the recommendation at the end).
         keep = self.state.selected or self.selected_config()
         self.clear()
-        self.configs = [row.config for row in self.state.rows]
+        rows = {row.config: row for row in self.state.rows}
+        self.configs = ordered(rows)
+        report = live_report(self.state)  # built here: on a trial's start or end, not per sample
         theme = self.app.theme_variables
-        for row in self.state.rows:
-            self.add_row(*self._cells(row, theme), key=str(len(self.rows)))
+        for config in self.configs:
+            self.add_row(*self._cells(rows[config], report, theme), key=str(len(self.rows)))
         if keep in self.configs:
             self.move_cursor(row=self.configs.index(keep), animate=False)
 
-    def _cells(self, row: Row, theme: dict[str, str]) -> list[Text]:
-        state = self.state
-        cfg, r = row.config, row.result
-        measured = r is not None and row.status in ("ok", "queued", "running") and r.samples_per_s is not None
-        recommended = state.is_recommended(row)
-        knee = state.is_knee(row)
-        mark = ("★" if recommended else "") + ("◆" if knee else "") or ("▸" if row.status == "running" else "")
-        uss = sum(r.worker_uss_mb) / len(r.worker_uss_mb) if r and r.worker_uss_mb else None
-        change = row.change()
-        values = [
-            mark,
-            str(cfg.num_workers),
-            str(cfg.batch_size),
-            str(cfg.prefetch_factor) if cfg.prefetch_factor is not None else "—",
-            _check(cfg.pin_memory),
-            _check(cfg.persistent_workers),
-            fmt.rate(row.samples_per_s()) if measured else (row.status if row.status in UNMEASURED else ""),
-            f"±{fmt.pct(r.spread, 1)}" if measured and r and r.spread is not None else "",
-            fmt.signed_pct(change),
-            fmt.pct(r.stall_fraction) if measured and r else "",
-            fmt.seconds(r.first_batch_s) if r and r.first_batch_s is not None else "",
-            fmt.mb(uss, short=True) if uss is not None else "",
-            fmt.mb(r.total_pss_mb, short=True) if r and r.total_pss_mb is not None else "",
-            f"{r.gpu_util:.0f}%" if r and r.gpu_util is not None else ("—" if measured else ""),
-            status_text(row),
-        ]
-        base = Style()
-        if recommended:
-            base = Style.parse(f"bold {theme.get('success', 'green')}")
-        elif row.status in ("pending", "not run", "not needed", "queued"):
-            base = Style(dim=True)
-        elif row.status == "running":
-            base = Style(italic=True)
-        cells = [Text(v, style=base, justify="right" if 1 <= i <= 13 else "left") for i, v in enumerate(values)]
-        if knee and not recommended:
-            cells[0].stylize(Style.parse(f"bold {theme.get('accent', 'yellow')}"))
+    def _cells(self, row: Row, report: Report | None, theme: dict[str, str]) -> list[Text]:
+        measured = report.row_for(row.config) if report is not None else None
+        values = _values(row, report, measured)
+        if self.state.only and not _compared(row):
+            values["change"] = ""  # not rerun: this row has nothing new to compare
+        style = _row_style(row, measured, theme)
+        cells = {key: Text(text, style=style, justify="left" if key in LEFT else "right")
+                 for key, text in values.items()}  # fmt: skip
+        if measured is not None and measured.knee and not measured.recommended:
+            cells["mark"].stylize(Style.parse(f"bold {theme.get('accent', 'yellow')}"))
+        change = measured.change if measured is not None and values["change"] else None
         if change is not None and abs(change) >= 0.02:
             color = theme.get("success", "green") if change > 0 else theme.get("error", "red")
-            cells[8].stylize(Style.parse(color))
+            cells["change"].stylize(Style.parse(color))
         if row.status in ("failed", "skipped", "interrupted"):
-            cells[6].stylize(Style.parse(theme.get("error" if row.status == "failed" else "warning", "red")))
-            cells[14].stylize(Style.parse(theme.get("error" if row.status == "failed" else "warning", "red")))
-        return cells
+            bad = Style.parse(theme.get("error" if row.status == "failed" else "warning", "red"))
+            cells["samples/s"].stylize(bad)
+            cells["status"].stylize(bad)
+        return [cells[key] for _, key in COLUMNS]
+
+
+def _values(row: Row, report: Report | None, measured: ReportRow | None) -> dict[str, str]:
+    """The report's cells for this row's configuration, with the live status where the table says it."""
+    values = dict.fromkeys((key for _, key in COLUMNS), "")
+    if measured is not None and report is not None:
+        values.update((key, text) for key, text in report.cells(measured).items() if key in values)
+    else:
+        values.update((key, text) for key, text in config_cells(row.config).items() if key in values)
+    if row.status in UNMEASURED:
+        values["samples/s"] = row.status
+    if row.status == "running" and not values["mark"]:
+        values["mark"] = "▸"
+    values["status"] = status_text(row, measured)
+    return values
+
+
+def _row_style(row: Row, measured: ReportRow | None, theme: dict[str, str]) -> Style:
+    if measured is not None and measured.recommended:
+        return Style.parse(f"bold {theme.get('success', 'green')}")
+    if row.status in ("pending", "not run", "not needed", "queued"):
+        return Style(dim=True)
+    if row.status == "running":
+        return Style(italic=True)
+    return Style()

@@ -1,0 +1,238 @@
+"""The report of a sweep: one row per configuration with every figure, mark and comparison a face shows.
+
+Headless text, Markdown, CSV and the TUI table all render from `build_report`, and every figure reads through
+`num` or `pct` here, so no two faces can disagree on a number or on how it is printed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from loadertop.core.engine.analysis import merge_repeats
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.curves import curve_key, family_key, on_curve
+from loadertop.core.model.results import SweepResult, TrialResult
+
+NONE = "–"  # a figure that was not measured
+RECOMMENDED, KNEE = "★", "◆"
+
+# (key, header): the faces pick columns by key; headless and Markdown show them all ("change" only with a previous run)
+COLUMNS = (
+    ("mark", ""),
+    ("runs", "#"),
+    ("workers", "workers"),
+    ("batch", "batch"),
+    ("prefetch", "prefetch"),
+    ("pin", "pin"),
+    ("persist", "persist"),
+    ("start", "start"),
+    ("samples/s", "samples/s"),
+    ("spread", "±"),
+    ("stall", "stall"),
+    ("first", "1st batch"),
+    ("epoch", "epoch"),
+    ("uss", "USS/wkr MB"),
+    ("pss", "PSS MB"),
+    ("rss", "RSS* MB"),
+    ("cpu", "CPU"),
+    ("gpu", "GPU"),
+    ("change", "vs prev"),
+    ("status", "status"),
+    ("why", "why"),
+)
+HEADERS = dict(COLUMNS)
+
+FOOTNOTE = (
+    f"{RECOMMENDED} recommended, {KNEE} knee (on the recommended configuration's curve). One row per configuration: "
+    "# lists its trials; samples/s and ± of one measured more than once are over its runs, as the recommendation "
+    "quotes them. USS/wkr: the largest worker's. * RSS counts pages shared with the parent once per process; USS "
+    "and PSS do not. epoch: wait from an epoch's last batch to the next one's first. CPU: percent of one CPU."
+)
+
+
+def num(value: float | None, digits: int = 0, unit: str = "") -> str:
+    """The one number format: fixed digits, no separators, NONE when not measured."""
+    return NONE if value is None else f"{value:.{digits}f}{unit}"
+
+
+def pct(fraction: float | None, *, signed: bool = False) -> str:
+    """The one percent format: whole percents from 10% or when whole (5%, 100%), one decimal below (0.8%)."""
+    if fraction is None:
+        return NONE
+    value = fraction * 100.0
+    digits = 0 if abs(value) >= 10 or abs(value - round(value)) < 0.05 else 1
+    value = round(value, digits)
+    sign = ("+" if value >= 0 else "−") if signed else ("−" if value < 0 else "")
+    return f"{sign}{abs(value):.{digits}f}%"
+
+
+def config_cells(c: TrialConfig) -> dict[str, str]:
+    """The knobs as every face prints them (a live table also shows rows not measured yet)."""
+    return {
+        "workers": str(c.num_workers),
+        "batch": str(c.batch_size),
+        "prefetch": NONE if c.prefetch_factor is None else str(c.prefetch_factor),
+        "pin": "on" if c.pin_memory else "off",
+        "persist": "on" if c.persistent_workers else "off",
+        "start": (c.start_method or NONE) + ("" if c.in_order else " unordered"),
+    }
+
+
+@dataclass(frozen=True)
+class ReportRow:
+    """One configuration. Throughput, spread, stall and CPU are over its finished runs (the analysis's merge, the
+    figure the recommendation quotes); memory, first batch, epoch and GPU are its latest finished run's."""
+
+    config: TrialConfig
+    status: str  # ok when any run finished, else the latest run's status
+    runs: tuple[int, ...]  # the indexes of its trials, in order
+    ok_runs: int
+    samples_per_s: float | None
+    spread: float | None
+    stall_fraction: float | None
+    first_batch_s: float | None
+    epoch_restart_s: float | None
+    uss_per_worker_mb: float | None  # the largest worker's
+    pss_mb: float | None
+    rss_mb: float | None
+    cpu_percent: float | None
+    gpu_util: float | None
+    stable: bool
+    reason: str
+    error: str | None
+    warnings: tuple[str, ...]
+    recommended: bool
+    knee: bool
+    change: float | None  # samples/s against the same configuration in the previous run
+    in_previous: bool  # the previous run finished this configuration
+
+    @property
+    def marks(self) -> str:
+        return (RECOMMENDED if self.recommended else "") + (KNEE if self.knee else "")
+
+    def cells(self, compared: bool = False) -> dict[str, str]:
+        """Every column as text, by key: what each face prints."""
+        return {
+            "mark": self.marks,
+            "runs": ",".join(map(str, self.runs)),
+            **config_cells(self.config),
+            "samples/s": num(self.samples_per_s),
+            "spread": pct(self.spread),
+            "stall": pct(self.stall_fraction),
+            "first": num(self.first_batch_s, 2, " s"),
+            "epoch": num(self.epoch_restart_s, 2, " s"),
+            "uss": num(self.uss_per_worker_mb),
+            "pss": num(self.pss_mb),
+            "rss": num(self.rss_mb),
+            "cpu": num(self.cpu_percent, 0, "%"),
+            "gpu": num(self.gpu_util, 0, "%"),
+            "change": self._change_cell() if compared else "",
+            "status": self.status if self.status == "ok" else f"{self.status}: {self.error or self.reason}",
+            "why": self.reason if self.status == "ok" else "",
+        }
+
+    def _change_cell(self) -> str:
+        if self.status != "ok" or self.samples_per_s is None:
+            return NONE
+        return pct(self.change, signed=True) if self.in_previous else "new"
+
+
+@dataclass(frozen=True)
+class Report:
+    rows: tuple[ReportRow, ...]
+    compared: bool  # built against a previous result: the "change" column means something
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(key for key, _ in COLUMNS if key != "change" or self.compared)
+
+    def row_for(self, config: TrialConfig) -> ReportRow | None:
+        return next((row for row in self.rows if row.config == config), None)
+
+    def cells(self, row: ReportRow) -> dict[str, str]:
+        return row.cells(self.compared)
+
+
+def build_report(result: SweepResult, previous: SweepResult | None = None) -> Report:
+    """`result` as one row per configuration, in `ordered` order, with Δ against `previous` (same configuration)."""
+    groups: dict[TrialConfig, list[TrialResult]] = {}
+    for trial in result.trials:
+        groups.setdefault(trial.config, []).append(trial)
+    merged = _merged(result.trials)
+    before = _merged(previous.trials) if previous is not None else {}
+    knee = _knee_config(result, merged)
+    rec = result.recommendation.config if result.recommendation else None
+    rows = []
+    for config in ordered(groups):
+        runs = groups[config]
+        best = merged.get(config)
+        old = before.get(config)
+        shown = best or runs[-1]
+        rows.append(
+            ReportRow(
+                config=config,
+                status="ok" if best is not None else runs[-1].status,
+                runs=tuple(t.index for t in runs),
+                ok_runs=sum(1 for t in runs if _finished(t)),
+                samples_per_s=shown.samples_per_s,
+                spread=shown.spread,
+                stall_fraction=shown.stall_fraction,
+                first_batch_s=shown.first_batch_s,
+                epoch_restart_s=shown.epoch_restart_s,
+                uss_per_worker_mb=max(shown.worker_uss_mb) if shown.worker_uss_mb else None,
+                pss_mb=shown.total_pss_mb,
+                rss_mb=shown.rss_mb,
+                cpu_percent=shown.cpu_percent,
+                gpu_util=shown.gpu_util,
+                stable=shown.stable,
+                reason=shown.reason,
+                error=shown.error,
+                warnings=shown.warnings,
+                recommended=config == rec,
+                knee=config == knee,
+                change=_change(best, old),
+                in_previous=old is not None,
+            )
+        )
+    return Report(tuple(rows), compared=previous is not None)
+
+
+def ordered(configs: Iterable[TrialConfig]) -> list[TrialConfig]:
+    """Curve by curve as first measured, the 0-worker origin leading its family, each curve by worker count."""
+    unique = list(dict.fromkeys(configs))
+    families = list(dict.fromkeys(family_key(c) for c in unique))
+    curves = list(dict.fromkeys(curve_key(c) for c in unique if c.num_workers > 0))
+
+    def key(c: TrialConfig) -> tuple[int, int, int]:
+        curve = -1 if c.num_workers == 0 else curves.index(curve_key(c))
+        return families.index(family_key(c)), curve, c.num_workers
+
+    return sorted(unique, key=key)
+
+
+def _finished(trial: TrialResult) -> bool:
+    return trial.status == "ok" and trial.samples_per_s is not None
+
+
+def _merged(trials: Sequence[TrialResult]) -> dict[TrialConfig, TrialResult]:
+    return {t.config: t for t in merge_repeats([t for t in trials if _finished(t)])}
+
+
+def _change(new: TrialResult | None, old: TrialResult | None) -> float | None:
+    if new is None or old is None or not new.samples_per_s or not old.samples_per_s:
+        return None
+    return new.samples_per_s / old.samples_per_s - 1.0
+
+
+def _knee_config(result: SweepResult, merged: dict[TrialConfig, TrialResult]) -> TrialConfig | None:
+    """The one knee rule of every face: the knee's worker count on the recommended configuration's curve. A
+    0-worker recommendation starts every curve of its family: its knee is read on the family's fastest curve."""
+    knee, rec = result.knee, result.recommendation
+    if knee is None or knee.num_workers is None or rec is None:
+        return None
+    key = curve_key(rec.config)
+    if rec.config.num_workers == 0:
+        wider = [t for t in merged.values() if t.config.num_workers > 0 and family_key(t.config) == family_key(key)]
+        if wider:
+            key = curve_key(max(wider, key=lambda t: t.samples_per_s or 0.0).config)
+    return next((c for c in merged if c.num_workers == knee.num_workers and on_curve(c, key)), None)
