@@ -180,13 +180,13 @@ def test_falling_curve_knee_before_peak_and_drop_is_reported():
     assert knee is not None
     assert knee.num_workers == 8
     assert knee.rule == "kneedle"
-    assert knee.reason.endswith("; slower again at 32 workers (−8%)")
+    assert knee.reason.endswith("; slower again at 32 workers (−7.9%)")
     assert rec is not None
     # 24 workers peak at 2674/s; 16 workers (2564/s) are 4.1% below: within 5%.
     assert rec.config.num_workers == 16
     assert rec.reason == (
         "loader-bound (stall 50%): 16 workers reach 2564 samples/s; 24 workers add 1600 MB and no speed "
-        "(2674 vs 2564 samples/s, within 5%); slower again at 32 workers (−8%)"
+        "(2674 vs 2564 samples/s, within 5%); slower again at 32 workers (−7.9%)"
     )
 
 

@@ -165,7 +165,6 @@ def test_formatting() -> None:
     assert fmt.rate(25.13) == "25.1"
     assert fmt.mb(512) == "512 MB" and fmt.mb(2048) == "2.0 GB" and fmt.mb(2048, short=True) == "2.0G"
     assert fmt.clock(3725) == "1:02:05" and fmt.clock(78) == "1:18"
-    assert fmt.signed_pct(0.081) == "+8%"
     assert fmt.no_gpu_line("NVML library not found") == "no NVIDIA GPU: NVML library not found"
     assert fmt.no_gpu_line("unavailable: NVML library not found") == "no NVIDIA GPU: NVML library not found"
 

@@ -16,10 +16,6 @@ def rate(value: float | None) -> str:
     return f"{value:.1f}"
 
 
-def pct(fraction: float | None, digits: int = 0) -> str:
-    return "—" if fraction is None else f"{fraction * 100:.{digits}f}%"
-
-
 def mb(value: float | None, short: bool = False) -> str:
     """Megabytes as MB below a GiB, GB above; `short` drops the space and the B for table cells."""
     if value is None:
@@ -49,10 +45,6 @@ def clock(value: float | None) -> str:
     hours, rest = divmod(total, 3600)
     minutes, secs = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def signed_pct(change: float | None) -> str:
-    return "" if change is None else f"{change * 100:+.0f}%"
 
 
 def slope(value: float | None) -> str:

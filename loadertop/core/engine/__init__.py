@@ -13,10 +13,10 @@ from loadertop.core.engine.report import (
     config_cells,
     num,
     ordered,
-    pct,
 )
 from loadertop.core.engine.runfolder import read_run, read_settings, read_trials_strict
 from loadertop.core.engine.settings import build_settings
+from loadertop.core.engine.wording import pct
 
 __all__ = [
     "FOOTNOTE",

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from loadertop.core.engine.band import noise_band
+from loadertop.core.engine.band import merge_repeats, noise_band
 from loadertop.core.engine.wording import pct
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, TrialResult
@@ -29,17 +29,19 @@ def annotate(
 ) -> list[TrialResult]:
     """Every trial with its reason, its share of the consumer's ceiling, and which earlier trial it repeats.
 
-    Reasons compare each trial with the best of the sweep, so they are final only at the end."""
+    Reasons compare each trial with the best of the sweep, so they are final only at the end. A configuration
+    measured more than once is judged on its runs together (their mean, as its report row and the recommendation
+    quote it), so every run of it gives the same reason."""
     by_batch = {c.batch_size: c.samples_per_s for c in ceilings}
-    ok = [t.samples_per_s for t in trials if t.status == "ok" and t.samples_per_s]
-    peak = max(ok) if ok else None
+    merged = {t.config: t for t in merge_repeats([t for t in trials if t.status == "ok"])}
+    peak = max((t.samples_per_s for t in merged.values() if t.samples_per_s), default=None)
     first: dict[TrialConfig, int] = {}
     out = []
     for t in trials:
         ceiling = by_batch.get(t.config.batch_size)
         earlier = first.setdefault(t.config, t.index)
         repeat_of = earlier if earlier != t.index else None
-        reason = trial_reason(t, machine, peak, tolerance, ceiling)
+        reason = trial_reason(merged.get(t.config, t) if t.status == "ok" else t, machine, peak, tolerance, ceiling)
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
         out.append(

@@ -9,11 +9,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from loadertop.core.engine.analysis import merge_repeats
+from loadertop.core.engine.wording import NONE, pct
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, family_key, on_curve
 from loadertop.core.model.results import SweepResult, TrialResult
 
-NONE = "–"  # a figure that was not measured
 RECOMMENDED, KNEE = "★", "◆"
 
 # (key, header): the faces pick columns by key; headless and Markdown show them all ("change" only with a previous run)
@@ -53,17 +53,6 @@ FOOTNOTE = (
 def num(value: float | None, digits: int = 0, unit: str = "") -> str:
     """The one number format: fixed digits, no separators, NONE when not measured."""
     return NONE if value is None else f"{value:.{digits}f}{unit}"
-
-
-def pct(fraction: float | None, *, signed: bool = False) -> str:
-    """The one percent format: whole percents from 10% or when whole (5%, 100%), one decimal below (0.8%)."""
-    if fraction is None:
-        return NONE
-    value = fraction * 100.0
-    digits = 0 if abs(value) >= 10 or abs(value - round(value)) < 0.05 else 1
-    value = round(value, digits)
-    sign = ("+" if value >= 0 else "−") if signed else ("−" if value < 0 else "")
-    return f"{sign}{abs(value):.{digits}f}%"
 
 
 def config_cells(c: TrialConfig) -> dict[str, str]:

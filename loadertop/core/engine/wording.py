@@ -14,12 +14,19 @@ def workers(n: int) -> str:
     return f"{n} worker" if n == 1 else f"{n} workers"
 
 
-def pct(x: float) -> str:
-    """0.05 → '5%', 0.025 → '2.5%': a decimal only where it says something."""
-    value = x * 100.0
-    return f"{value:.0f}%" if abs(value - round(value)) < 0.05 or abs(value) >= 10 else f"{value:.1f}%"
+NONE = "–"  # a figure not measured, in every face
 
 
-def signed_pct(x: float) -> str:
-    value = x * 100.0
-    return f"−{abs(value):.0f}%" if value < 0 else f"+{value:.0f}%"
+def pct(fraction: float | None, *, signed: bool = False) -> str:
+    """The one percent format: whole percents from 10% or when whole (5%, 100%), one decimal below (0.8%)."""
+    if fraction is None:
+        return NONE
+    value = fraction * 100.0
+    digits = 0 if abs(value) >= 10 or abs(value - round(value)) < 0.05 else 1
+    value = round(value, digits)
+    sign = ("+" if value >= 0 else "−") if signed else ("−" if value < 0 else "")
+    return f"{sign}{abs(value):.{digits}f}%"
+
+
+def signed_pct(fraction: float) -> str:
+    return pct(fraction, signed=True)

@@ -9,6 +9,7 @@ from statistics import median
 from textual.content import Content
 from textual_plotext import PlotextPlot
 
+from loadertop.core.engine import pct
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import family_key
 from loadertop.core.model.results import TrialResult
@@ -48,9 +49,9 @@ class LivePane(Pane):
         stall = result.stall_fraction if result else trace.stall_fraction
         # Most important first; what does not fit the width is left off rather than cut.
         pieces = [
-            f"median {fmt.rate(med)} samples/s" + (f" ±{fmt.pct(spread, 1)}" if spread is not None else ""),
-            f"stall {fmt.pct(stall)}",
-            *([f"{fmt.pct(result.fraction_of_ceiling)} of ceiling"] if result and result.fraction_of_ceiling else []),
+            f"median {fmt.rate(med)} samples/s" + (f" ±{pct(spread)}" if spread is not None else ""),
+            f"stall {pct(stall)}",
+            *([f"{pct(result.fraction_of_ceiling)} of ceiling"] if result and result.fraction_of_ceiling else []),
             f"1st batch {fmt.seconds(trace.first_batch_s)}",
             f"{len(trace.batches_per_s)} blocks",
         ]
