@@ -54,7 +54,7 @@ def build_parser() -> Parser:
     face = p.add_argument_group("output")
     face.add_argument("--headless", action="store_true", help="no TUI (automatic when stdout is not a terminal)")
     face.add_argument("--json", type=Path, metavar="PATH", help="write the result as JSON")
-    face.add_argument("--csv", type=Path, metavar="PATH", help="write one CSV row per trial")
+    face.add_argument("--csv", type=Path, metavar="PATH", help="write the results as CSV, one row per configuration")
     face.add_argument("--out", type=Path, metavar="DIR", help="parent of run folders (~/.cache/loadertop/runs)")
     face.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")
     face.add_argument("--compare", type=Path, metavar="RUN",

@@ -11,7 +11,17 @@ import pytest
 from rich.table import Table
 from textual import events
 from textual.widgets import Static
-from tui_fakes import GPU_MACHINE, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, snippet, sync, wait_until
+from tui_fakes import (
+    GPU_MACHINE,
+    SETTINGS,
+    WORKERS,
+    FakeSweep,
+    FakeSweepFactory,
+    change_of,
+    snippet,
+    sync,
+    wait_until,
+)
 
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.events import Event
@@ -199,8 +209,8 @@ async def test_r_during_a_sweep_cancels_it_then_starts_over(tmp_path: Path) -> N
         assert factory.sweeps[0].calls == ["cancel"]
         # The cancelled sweep's two finished trials are the baseline of the new one.
         assert factory.calls[1][1] is not None and len(factory.calls[1][1].trials) == 2
-        assert app.state.rows[0].change() == pytest.approx(0.08)
-        assert app.state.rows[3].change() is None
+        assert change_of(app.state, 0) == pytest.approx(0.08)
+        assert change_of(app.state, 3) is None
 
 
 @sync
@@ -506,4 +516,4 @@ async def test_a_previous_result_from_disk_is_the_baseline(tmp_path: Path) -> No
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
         assert factory.calls[0][1] is sweep.result
-        assert [row.change() for row in app.state.rows][:6] == pytest.approx([0.08] * 6)
+        assert [change_of(app.state, i) for i in range(6)] == pytest.approx([0.08] * 6)

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tui_fakes import BLOCKS, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory
+from tui_fakes import BLOCKS, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, change_of, knee_rows
 
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import ProbeSample, SweepFinished, SweepStarted, TrialFinished, TrialLaunched
@@ -23,6 +23,7 @@ def run(sweep: FakeSweep, state: SweepState, only: bool = False) -> SweepState:
     return state
 
 
+
 def test_a_whole_sweep_fills_rows_traces_and_the_result(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path)
     state = run(factory(SETTINGS, None, None), SweepState())
@@ -30,8 +31,7 @@ def test_a_whole_sweep_fills_rows_traces_and_the_result(tmp_path: Path) -> None:
     assert [row.status for row in state.rows] == ["ok"] * 6 + ["failed"]
     assert state.phase == "finished" and state.result is not None
     assert state.recommendation is not None and state.recommendation.config.num_workers == 4
-    knee_rows = [row.config.num_workers for row in state.rows if state.is_knee(row)]
-    assert knee_rows == [4]
+    assert [c.num_workers for c in knee_rows(state)] == [4]
     assert state.selected == state.recommendation.config
     trace = state.focus()  # the highlighted row: the recommendation
     assert trace is not None and trace.config == state.recommendation.config
@@ -57,7 +57,7 @@ def test_a_rerun_compares_each_row_with_the_previous_run(tmp_path: Path) -> None
     state = run(factory(SETTINGS, None, None), SweepState())
     first = state.result
     run(factory(SETTINGS, first, None), state)  # 8% faster
-    changes = [row.change() for row in state.rows]
+    changes = [change_of(state, i) for i in range(len(state.rows))]
     assert changes[:6] == pytest.approx([0.08] * 6)
     assert changes[6] is None  # failed both times
     assert state.previous is first
@@ -71,8 +71,8 @@ def test_a_row_rerun_keeps_the_table_and_the_recommendation(tmp_path: Path) -> N
     tight = replace(SETTINGS, target_spread=0.02, trial_seconds=16.0)
     run(factory(tight, state.result, [target]), state, only=True)
     assert len(state.rows) == len(WORKERS)
-    assert state.rows[2].change() == pytest.approx(0.08)
-    assert all(row.change() is None for i, row in enumerate(state.rows) if i != 2)
+    assert change_of(state, 2) == pytest.approx(0.08)
+    assert all(change_of(state, i) is None for i in range(len(state.rows)) if i != 2)
     # The engine merges the rerun into the whole run and judges it: the state takes that result as it is.
     assert state.result is factory.last.result
     assert state.recommendation is not None and rec is not None and state.recommendation.config == rec.config
@@ -186,7 +186,7 @@ def test_widen_and_narrow(workers: tuple[int, ...], wider: tuple[int, ...], narr
 def test_knee_is_marked_on_the_recommended_family_only(tmp_path: Path) -> None:
     settings = replace(SETTINGS, batch_sizes=(32, 64), workers=(0, 2, 4))
     state = run(FakeSweepFactory(tmp_path)(settings, None, None), SweepState())
-    marked = [(r.config.batch_size, r.config.num_workers) for r in state.rows if state.is_knee(r)]
+    marked = [(c.batch_size, c.num_workers) for c in knee_rows(state)]
     assert marked == [(32, 4)]
     assert TrialConfig(4, 64, 2, False, False, "fork") in [r.config for r in state.rows]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.curves import curve_key, family_key, on_curve
+from loadertop.core.model.curves import family_key
 from loadertop.core.model.events import (
     Event,
     Notice,
@@ -46,15 +46,6 @@ class Row:
         if len(rates) > 1:
             return sum(rates) / len(rates)
         return self.result.samples_per_s if self.result is not None else None
-
-    def change(self) -> float | None:
-        """Relative change of samples/s against the baseline, when both were measured."""
-        new, old = self.samples_per_s(), self.baseline
-        if self.status != "ok" or new is None or old is None or old is self.result:
-            return None
-        if not old.samples_per_s or old.status != "ok":
-            return None
-        return new / old.samples_per_s - 1.0
 
 
 class SweepState:
@@ -149,17 +140,6 @@ class SweepState:
         families = list(dict.fromkeys(family_key(r.config) for r in self.rows))
         self.rows.sort(key=lambda r: (families.index(family_key(r.config)), r.config.num_workers))
         return row
-
-    def is_knee(self, row: Row) -> bool:
-        knee, rec = self.knee, self.recommendation
-        if knee is None or knee.num_workers is None or row.config.num_workers != knee.num_workers:
-            return False
-        # With several batch sizes (etc.) in the table, mark the knee on the recommended setting's curve.
-        return rec is None or on_curve(row.config, curve_key(rec.config))
-
-    def is_recommended(self, row: Row) -> bool:
-        rec = self.recommendation
-        return rec is not None and rec.config == row.config
 
     def snapshot(self) -> SweepResult | None:
         """The result to export now: the finished one, or the trials finished so far mid-sweep."""
