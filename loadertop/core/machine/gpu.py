@@ -154,5 +154,5 @@ class GpuProbe:
     def __enter__(self) -> GpuProbe:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.close()

@@ -158,7 +158,7 @@ class Probes:
         self.start()
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.stop()
 
     # -- sampling ------------------------------------------------------------------------------------------
