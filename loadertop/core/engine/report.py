@@ -174,7 +174,8 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
                 cpu_percent=shown.cpu_percent,
                 gpu_util=shown.gpu_util,
                 stable=shown.stable,
-                reason=shown.reason,
+                # Every run of a configuration gives its reason; the first says it without "(repeat of #n)".
+                reason=next((t.reason for t in runs if _finished(t)), shown.reason),
                 error=shown.error,
                 warnings=shown.warnings,
                 recommended=config == rec,
