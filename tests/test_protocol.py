@@ -39,6 +39,7 @@ from loadertop.core.model.protocol import (
     Reply,
     Request,
     Started,
+    TransportMeasured,
     TrialNotice,
     TrialRequest,
     Workers,
@@ -75,6 +76,7 @@ EXAMPLES: list[Message] = [
     Failed("ValueError: bad sample 7"),
     CeilingMeasured(32, 5000.0, "consumer alone on a cached batch: no CUDA: sleep 5 ms per batch", 0.01),
     CeilingMeasured(64, None, "the consumer does no work"),
+    TransportMeasured(32, 2, False, 150.0, 4800.0, 18.4, 2, True, "null dataset: 2 tensors", 0.02),
 ]
 
 

@@ -18,15 +18,16 @@ from loadertop.core.engine.reasons import (
     capacity,
     per_worker_cpu,
 )
+from loadertop.core.engine.transport import transport_reason
 from loadertop.core.engine.wording import pct, signed_pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.results import Knee, MachineInfo, Recommendation, TrialResult, UslFit
+from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, TrialResult, UslFit
 
 Name = Callable[[TrialResult], str]  # how a reason names another trial: "4 workers" on the same curve, else its label
 
 
 def analyze(
-    trials: Sequence[TrialResult], settings: Settings, machine: MachineInfo
+    trials: Sequence[TrialResult], settings: Settings, machine: MachineInfo, ceilings: Sequence[Ceiling] = ()
 ) -> tuple[Knee | None, Recommendation | None]:
     """The knee of the recommended configuration's worker curve, and the cheapest configuration within noise of
     the fastest. (None, None) when no trial finished with a throughput. Repeats of a configuration count once."""
@@ -36,7 +37,7 @@ def analyze(
     tol = settings.tolerance
     best, rec = choose_merged(ok, tol)
     curve = curve_of(ok, rec)
-    reason = _recommendation_reason(rec, best, ok, curve, tol, machine)
+    reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, tol, machine)
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         reason += f"; mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)"

@@ -46,7 +46,7 @@ def _judge(evidence: Evidence, machine: MachineInfo) -> Conclusion:
         with_notes(t, settings.ranks, machine.usable_cpus)
         for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings)
     ]
-    knee, recommendation = analyze(annotated, settings, machine)
+    knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings)
     recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable)
     usl = fit_curve(worker_curve(annotated, settings.tolerance))
     result = SweepResult(

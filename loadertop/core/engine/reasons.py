@@ -12,6 +12,7 @@ import re
 from collections.abc import Sequence
 
 from loadertop.core.engine.band import merge_repeats, noise_band
+from loadertop.core.engine.transport import consumer_ceilings, transport_phrase
 from loadertop.core.engine.wording import pct
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, TrialResult
@@ -32,7 +33,7 @@ def annotate(
     Reasons compare each trial with the best of the sweep, so they are final only at the end. A configuration
     measured more than once is judged on its runs together (their mean, as its report row and the recommendation
     quote it), so every run of it gives the same reason."""
-    by_batch = {c.batch_size: c.samples_per_s for c in ceilings}
+    by_batch = {c.batch_size: c.samples_per_s for c in consumer_ceilings(ceilings)}
     merged = {t.config: t for t in merge_repeats([t for t in trials if t.status == "ok"])}
     peak = max((t.samples_per_s for t in merged.values() if t.samples_per_s), default=None)
     first: dict[TrialConfig, int] = {}
@@ -41,7 +42,9 @@ def annotate(
         ceiling = by_batch.get(t.config.batch_size)
         earlier = first.setdefault(t.config, t.index)
         repeat_of = earlier if earlier != t.index else None
-        reason = trial_reason(merged.get(t.config, t) if t.status == "ok" else t, machine, peak, tolerance, ceiling)
+        judged = merged.get(t.config, t) if t.status == "ok" else t
+        transport = transport_phrase(judged, ceilings, list(merged.values()), tolerance) if t.status == "ok" else ""
+        reason = trial_reason(judged, machine, peak, tolerance, ceiling, transport)
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
         out.append(
@@ -61,13 +64,15 @@ def trial_reason(
     peak_samples_per_s: float | None,
     tolerance: float = 0.05,
     ceiling: float | None = None,
+    transport: str = "",
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
-    the consumer's `ceiling`, and how it compares with the best."""
+    the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
+    (engine/transport.py)."""
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
-    phrase = _epoch_bound(trial) or _bound(trial, machine)
+    phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
     if ceiling and trial.samples_per_s is not None:
         phrase += f", {pct(trial.samples_per_s / ceiling)} of ceiling"
     if peak_samples_per_s and trial.samples_per_s is not None:

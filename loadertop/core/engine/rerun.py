@@ -62,11 +62,11 @@ def merge_trials(previous: Sequence[TrialResult], rerun: Sequence[TrialResult]) 
 
 
 def merge_ceilings(previous: Sequence[Ceiling], fresh: Sequence[Ceiling]) -> tuple[Ceiling, ...]:
-    """Per batch size: the fresh ceiling when it was measured, else the previous one when that was, else whatever
-    says why there is none."""
-    by_batch = {c.batch_size: c for c in previous}
+    """Per ceiling (`Ceiling.key`: kind, batch size, worker count, pinning): the fresh one when it was measured,
+    else the previous one when that was, else whatever says why there is none."""
+    by_batch = {c.key: c for c in previous}
     for c in fresh:
-        held = by_batch.get(c.batch_size)
+        held = by_batch.get(c.key)
         if c.samples_per_s is not None or held is None or held.samples_per_s is None:
-            by_batch[c.batch_size] = c
+            by_batch[c.key] = c
     return tuple(by_batch.values())

@@ -26,6 +26,7 @@ from collections.abc import Iterator, Sequence
 from loadertop.core.engine.band import choose, finished, merge_repeats, noise_band, within_band
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.rungs import at_least, ladder, top_above
+from loadertop.core.engine.transport import consumer_ceilings, transport_stop
 from loadertop.core.engine.usl import fit_usl, trusted, workers_to_reach
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
@@ -70,6 +71,7 @@ class AdaptivePlanner:
         self._projection: list[TrialConfig] = []
         self._template = next((c for c in self.space if c.num_workers > 0), self.space[0] if self.space else None)
         self._ceilings: dict[int, float | None] = {}
+        self._all_ceilings: tuple[Ceiling, ...] = ()
         self._mem_budget_mb: float | None = None
         self._cpus: int | None = None
         self._patient = False  # the one extra rung past an unsettled plateau has been spent
@@ -91,7 +93,8 @@ class AdaptivePlanner:
         if machine.cgroup_mem_headroom_mb is not None:
             room.append(machine.cgroup_mem_headroom_mb)
         self._mem_budget_mb = MEMORY_BUDGET_FRACTION * min(room)
-        self._ceilings = {c.batch_size: c.samples_per_s for c in ceilings}
+        self._ceilings = {c.batch_size: c.samples_per_s for c in consumer_ceilings(ceilings)}
+        self._all_ceilings = tuple(ceilings)
 
     def next(self, done: Sequence[TrialResult]) -> TrialConfig | None:
         self._done = done
@@ -162,6 +165,8 @@ class AdaptivePlanner:
         if ceiling and x >= ceiling * (1.0 - noise_band(self.tol, t)):
             share = pct(x / ceiling)
             return f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
+        if n < self.counts[-1] and (stop := transport_stop(self._all_ceilings, t, self.tol, head)):
+            return stop
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
         if n >= 1 and below:
             prev = max(below, key=sps)

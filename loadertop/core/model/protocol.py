@@ -201,6 +201,24 @@ class CeilingMeasured:
     spread: float | None = None
 
 
+@dataclass(frozen=True)
+class TransportMeasured:
+    """The transport ceiling of one (batch size, worker count, pin_memory): a null dataset that returns the
+    dataset's own sample (same tensors, shapes, dtypes) without work, through the same DataLoader settings."""
+
+    TYPE: ClassVar[str] = "transport_result"
+    batch_size: int
+    num_workers: int
+    pin_memory: bool
+    batches_per_s: float | None  # None when it could not be measured (the note says why)
+    samples_per_s: float | None
+    batch_mb: float  # bytes a batch holds, in MiB
+    tensors: int  # tensors per batch
+    float_images: bool  # a float32 tensor of at least 3 dimensions per sample (C×H×W-like)
+    note: str = ""
+    spread: float | None = None
+
+
 Request = CheckRequest | TrialRequest | CeilingRequest
 Reply = (
     Ready
@@ -216,12 +234,13 @@ Reply = (
     | TrialNotice
     | Failed
     | CeilingMeasured
+    | TransportMeasured
 )
 Message = Request | Reply
 Emit = Callable[[Reply], None]  # how the runner and the trial side send a message
 KINDS: tuple[type[Any], ...] = (
     CheckRequest, TrialRequest, CeilingRequest, Ready, Checked, Forked, Exited, Workers, Started, Measuring, Block,
-    Finished, Epoch, TrialNotice, Failed, CeilingMeasured,
+    Finished, Epoch, TrialNotice, Failed, CeilingMeasured, TransportMeasured,
 )  # fmt: skip
 _BY_TYPE: dict[str, type[Any]] = {kind.TYPE: kind for kind in KINDS}
 

@@ -122,7 +122,8 @@ class Knee:
 
 @dataclass(frozen=True)
 class Ceiling:
-    """The consumer alone on a cached batch: the most the loader could ever be asked for, per batch size.
+    """The consumer alone on a cached batch: the most the loader could ever be asked for, per batch size; or
+    (kind "transport") the most batches the DataLoader hands over from workers, per batch size and worker count.
 
     `samples_per_s` is None when the consumer does no work (no CUDA and --step-ms 0): nothing but the loader
     bounds throughput then, and `note` says so."""
@@ -131,6 +132,21 @@ class Ceiling:
     samples_per_s: float | None
     note: str = ""
     spread: float | None = None
+    # "consumer", or "transport": what workers can hand over at `num_workers` (a null dataset with the dataset's
+    # own batch structure, engine/transport.py); the fields below are the transport ceiling's.
+    kind: str = "consumer"
+    num_workers: int | None = None
+    pin_memory: bool | None = None
+    batches_per_s: float | None = None
+    gib_per_s: float | None = None
+    batch_mb: float | None = None
+    tensors: int | None = None
+    float_images: bool | None = None
+
+    @property
+    def key(self) -> tuple[str, int, int | None, bool | None]:
+        """What one measurement of a ceiling stands for (a fresh one replaces the one with the same key)."""
+        return self.kind, self.batch_size, self.num_workers, self.pin_memory
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The ceiling's forked half: the consumer alone on a cached batch (engine/ceilings.py asks for it).
+"""The ceilings' forked half: the consumer alone on a cached batch, then the transport (trial/transport.py);
+engine/ceilings.py asks for them.
 
 Runs in a process the runner forks, like a trial; imports torch.
 """
@@ -19,29 +20,32 @@ MAX_BLOCKS = 10
 
 
 def ceiling_main(settings: Settings, emit: Emit) -> int:
-    """Measure the consumer alone for each batch size and report; returns the process exit code."""
+    """Measure the consumer alone, then the transport (transport.py), for each batch size and report; returns the
+    process exit code."""
     try:
         from torch.utils.data import DataLoader
 
         from loadertop.core.datasets.spec import load_dataset
         from loadertop.core.trial.consumer import Consumer, make_consumer
         from loadertop.core.trial.sharding import batch_rows
+        from loadertop.core.trial.transport import measure_transport
 
         pin = settings.pin_memory[0]
         consumer = make_consumer(settings, TrialConfig(0, settings.batch_sizes[0], pin_memory=pin))
-        if isinstance(consumer, Consumer) and consumer.device is None and consumer.step_s <= 0:
-            for bs in settings.batch_sizes:
-                note = "the consumer does no work (no CUDA and --step-ms 0): only the loader bounds throughput"
-                emit(CeilingMeasured(bs, None, note))
-            return 0
+        idle = isinstance(consumer, Consumer) and consumer.device is None and consumer.step_s <= 0
         what = _what(consumer, settings)
         dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
         for bs in settings.batch_sizes:
             loader = DataLoader(dataset, batch_size=bs, num_workers=0, pin_memory=pin, **extra)
             batch = next(iter(loader))
-            rate, spread = _steps_per_s(consumer, batch, min(MAX_SECONDS, settings.trial_seconds / 2))
-            note = f"consumer alone on a cached batch: {what} per batch"
-            emit(CeilingMeasured(bs, rate * batch_rows(batch, bs), note, spread))
+            if idle:
+                note = "the consumer does no work (no CUDA and --step-ms 0): only the loader bounds throughput"
+                emit(CeilingMeasured(bs, None, note))
+            else:
+                rate, spread = _steps_per_s(consumer, batch, min(MAX_SECONDS, settings.trial_seconds / 2))
+                note = f"consumer alone on a cached batch: {what} per batch"
+                emit(CeilingMeasured(bs, rate * batch_rows(batch, bs), note, spread))
+            measure_transport(settings, batch, bs, batch_rows(batch, bs), emit)
         return 0
     except BaseException as exc:
         import traceback
