@@ -57,7 +57,10 @@ def results_table(report: Report) -> Table:
     table = Table(title="loadertop results", title_justify="left", caption=FOOTNOTE, caption_justify="left")
     for key in report.columns:
         left = key in ("mark", "status", "why")
-        table.add_column(HEADERS[key], justify="left" if left else "right", no_wrap=key not in ("status", "why"))
+        wraps = key in ("status", "why")  # they wrap, but never narrower than their header
+        table.add_column(
+            HEADERS[key], justify="left" if left else "right", no_wrap=not wraps, min_width=len(HEADERS[key])
+        )
     for row in report.rows:
         cells = report.cells(row)
         style = "bold green" if row.recommended else ("yellow" if row.knee else None)

@@ -243,6 +243,9 @@ class FakeSweep:
             measured_s=BLOCKS * BLOCK_T,
             warmup_batches=(config.prefetch_factor or 0) * nw + nw,
             stable=nw != 1,
+            # the mean wait per batch as median, and a tail that grows with the stall
+            wait_ms_p50=round(1000.0 * config.batch_size / sps * stall, 1),
+            wait_ms_p99=round(1000.0 * config.batch_size / sps * (stall * 4 + 0.5), 1),
         )
 
     @staticmethod

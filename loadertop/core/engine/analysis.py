@@ -6,9 +6,10 @@ lives in band.py, the knee in knee.py, each trial's reason in reasons.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
-from loadertop.core.engine.band import choose_merged, finished, merge_repeats, noise_band
+from loadertop.core.engine.band import choose_merged, finished, merge_repeats, noise_band, within_band
 from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.reasons import (
     CONSUMER_BOUND_STALL,
@@ -16,6 +17,7 @@ from loadertop.core.engine.reasons import (
     IO_WAIT_WORKER_CPU,
     MAIN_PROCESS_BUSY,
     capacity,
+    has_cuda,
     per_worker_cpu,
 )
 from loadertop.core.engine.transport import transport_reason
@@ -36,19 +38,91 @@ def analyze(
         return None, None
     tol = settings.tolerance
     best, rec = choose_merged(ok, tol)
+    rec, preferred = _prefer_steadier(rec, best, ok, settings)
+    rec, unpinned = _prefer_unpinned(rec, best, ok, tol, machine)
     curve = curve_of(ok, rec)
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, tol, machine)
+    notes = [note for note in (preferred, _unordered_gain(rec, ok, tol), unpinned) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
-        reason += f"; mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)"
+        notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
+    pasted = rec.config if has_cuda(machine) else dataclasses.replace(rec.config, pin_memory=False)
     recommendation = Recommendation(
         config=rec.config,
         samples_per_s=sps(rec),
-        reason=reason,
-        snippet=snippet(rec.config, machine.default_start_method),
+        reason="; ".join([reason, *notes]),
+        snippet=snippet(pasted, machine.default_start_method),
         trial_index=rec.index,
     )
     return knee(curve, tol), recommendation
+
+
+# A configuration's data wait is steadier when its p99 is at most 1/P99_RATIO of another's and P99_GAP_MS shorter.
+P99_RATIO = 2.0
+P99_GAP_MS = 1.0
+
+
+def _prefer_steadier(
+    rec: TrialResult, best: TrialResult, ok: list[TrialResult], settings: Settings
+) -> tuple[TrialResult, str]:
+    """With a real training step (--step-ms or --consumer), a configuration within the noise band of the best
+    whose data-wait p99 is far shorter than the recommendation's is the better one: a GPU step waits on every
+    slow batch, however good the mean. Returns the choice and the clause that says so (empty when unchanged)."""
+    if not (settings.step_ms > 0 or settings.consumer) or rec.wait_ms_p99 is None:
+        return rec, ""
+    steadier = [
+        t
+        for t in ok
+        if within_band(t, best, settings.tolerance) and t.wait_ms_p99 is not None and steadier_tail(t, rec)
+    ]
+    if not steadier:
+        return rec, ""
+    pick = min(steadier, key=lambda t: (t.wait_ms_p99 or 0.0, t.config.num_workers, -sps(t)))
+    return pick, (
+        f"chosen over {rec.config.label()} for its data wait: p99 {pick.wait_ms_p99:.1f} ms vs "
+        f"{rec.wait_ms_p99:.1f} ms at the same speed within noise (the training step waits on every slow batch)"
+    )
+
+
+def steadier_tail(a: TrialResult, b: TrialResult) -> bool:
+    """Whether `a`'s data-wait p99 is far shorter than `b`'s (P99_RATIO times and P99_GAP_MS)."""
+    if a.wait_ms_p99 is None or b.wait_ms_p99 is None:
+        return False
+    return a.wait_ms_p99 * P99_RATIO <= b.wait_ms_p99 and b.wait_ms_p99 - a.wait_ms_p99 >= P99_GAP_MS
+
+
+def _prefer_unpinned(
+    rec: TrialResult, best: TrialResult, ok: list[TrialResult], tol: float, machine: MachineInfo
+) -> tuple[TrialResult, str]:
+    """Without CUDA pin_memory does nothing, so a pinned configuration's lead is noise: its unpinned twin is
+    taken when measured within the band, and the snippet leaves pinning off either way."""
+    if has_cuda(machine) or not rec.config.pin_memory:
+        return rec, ""
+    twin = _twin(rec, ok, pin_memory=False)
+    if twin is not None and within_band(twin, best, tol):
+        rec = twin
+    return rec, "pin_memory left off: pinning not measured (no CUDA)"
+
+
+def _unordered_gain(rec: TrialResult, ok: list[TrialResult], tol: float) -> str:
+    """When in_order=False beats the same configuration in order by more than the noise band, the clause that
+    says so; else nothing."""
+    twin = _twin(rec, ok, in_order=True) if not rec.config.in_order else None
+    if twin is None or not sps(twin) or sps(rec) <= sps(twin) * (1.0 + noise_band(tol, rec, twin)):
+        return ""
+    tails = ""
+    if rec.wait_ms_p99 is not None and twin.wait_ms_p99 is not None:
+        tails = f", data-wait p99 {rec.wait_ms_p99:.1f} vs {twin.wait_ms_p99:.1f} ms"
+    return (
+        f"in_order=False: {signed_pct(sps(rec) / sps(twin) - 1.0)} over in order ({sps(rec):.0f} vs "
+        f"{sps(twin):.0f} samples/s{tails}): a slow sample no longer holds up the batches behind it"
+    )
+
+
+def _twin(rec: TrialResult, ok: list[TrialResult], **knob: bool) -> TrialResult | None:
+    """The measured configuration that differs from `rec` only in `knob`."""
+    config = dataclasses.replace(rec.config, **knob)
+    return next((t for t in ok if t.config == config), None)
 
 
 def snippet(config: TrialConfig, default_start_method: str, extra: Sequence[str] = ()) -> str:

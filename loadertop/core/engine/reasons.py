@@ -73,6 +73,8 @@ def trial_reason(
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
     phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
+    if trial.config.pin_memory and not has_cuda(machine):
+        phrase += ", pinning not measured (no CUDA)"
     if ceiling and trial.samples_per_s is not None:
         phrase += f", {pct(trial.samples_per_s / ceiling)} of ceiling"
     if peak_samples_per_s and trial.samples_per_s is not None:
@@ -133,6 +135,11 @@ def _boundary_share(trial: TrialResult) -> float | None:
 
 def _memory_related(text: str) -> bool:
     return _MEMORY_WORDS.search(text) is not None
+
+
+def has_cuda(machine: MachineInfo) -> bool:
+    """Whether the machine has a GPU to pin memory for (without one, pin_memory=True does nothing)."""
+    return bool(machine.gpus)
 
 
 def capacity(machine: MachineInfo) -> float:

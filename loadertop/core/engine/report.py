@@ -29,6 +29,8 @@ COLUMNS = (
     ("samples/s", "samples/s"),
     ("spread", "±"),
     ("stall", "stall"),
+    ("p50", "p50 ms"),
+    ("p99", "p99 ms"),
     ("first", "1st batch"),
     ("epoch", "epoch"),
     ("uss", "USS/wkr MB"),
@@ -46,7 +48,9 @@ FOOTNOTE = (
     f"{RECOMMENDED} recommended, {KNEE} knee (on the recommended configuration's curve). One row per configuration: "
     "# lists its trials; samples/s and ± of one measured more than once are over its runs, as the recommendation "
     "quotes them. USS/wkr: the largest worker's. * RSS counts pages shared with the parent once per process; USS "
-    "and PSS do not. epoch: wait from an epoch's last batch to the next one's first. CPU: percent of one CPU."
+    "and PSS do not. p50/p99 ms: the wait in next() per batch (median, 99th percentile), without the first batch "
+    "after an epoch boundary: that burst is the epoch column, the wait from an epoch's last batch to the next one's "
+    "first. CPU: percent of one CPU."
 )
 
 
@@ -70,7 +74,8 @@ def config_cells(c: TrialConfig) -> dict[str, str]:
 @dataclass(frozen=True)
 class ReportRow:
     """One configuration. Throughput, spread, stall and CPU are over its finished runs (the analysis's merge, the
-    figure the recommendation quotes); memory, first batch, epoch and GPU are its latest finished run's."""
+    figure the recommendation quotes); memory, first batch, epoch, data-wait tails and GPU are its latest finished
+    run's."""
 
     config: TrialConfig
     status: str  # ok when any run finished, else the latest run's status
@@ -79,6 +84,8 @@ class ReportRow:
     samples_per_s: float | None
     spread: float | None
     stall_fraction: float | None
+    wait_ms_p50: float | None
+    wait_ms_p99: float | None
     first_batch_s: float | None
     epoch_restart_s: float | None
     uss_per_worker_mb: float | None  # the largest worker's
@@ -108,6 +115,8 @@ class ReportRow:
             "samples/s": num(self.samples_per_s),
             "spread": pct(self.spread),
             "stall": pct(self.stall_fraction),
+            "p50": num(self.wait_ms_p50, 1),
+            "p99": num(self.wait_ms_p99, 1),
             "first": num(self.first_batch_s, 2, " s"),
             "epoch": num(self.epoch_restart_s, 2, " s"),
             "uss": num(self.uss_per_worker_mb),
@@ -166,6 +175,8 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
                 samples_per_s=shown.samples_per_s,
                 spread=shown.spread,
                 stall_fraction=shown.stall_fraction,
+                wait_ms_p50=shown.wait_ms_p50,
+                wait_ms_p99=shown.wait_ms_p99,
                 first_batch_s=shown.first_batch_s,
                 epoch_restart_s=shown.epoch_restart_s,
                 uss_per_worker_mb=max(shown.worker_uss_mb) if shown.worker_uss_mb else None,

@@ -208,6 +208,11 @@ def measured(
         ranks=finished.ranks,
         rank_samples_per_s=finished.rank_samples_per_s,
         warnings=finished.warnings,
+        wait_ms_p50=finished.wait_ms_p50,
+        wait_ms_p95=finished.wait_ms_p95,
+        wait_ms_p99=finished.wait_ms_p99,
+        boundary_wait_ms=finished.boundary_wait_ms,
+        rank_wait_ms_p99=finished.rank_wait_ms_p99,
     )
 
 

@@ -163,6 +163,13 @@ class Finished:
     warnings: tuple[str, ...] = ()
     ranks: int = 1
     rank_samples_per_s: tuple[float, ...] = ()
+    # The wait in next() per batch over the blocks counted, ms; the first batch after an epoch boundary is left
+    # out (it is the boundary's wait: epoch_restart_s, and each one in boundary_wait_ms). Worst rank's with --ranks.
+    wait_ms_p50: float | None = None
+    wait_ms_p95: float | None = None
+    wait_ms_p99: float | None = None
+    boundary_wait_ms: tuple[float, ...] = ()  # the first batch after each epoch boundary crossed (the last 32)
+    rank_wait_ms_p99: tuple[float, ...] = ()  # each rank's p99, when ranks > 1
 
 
 @dataclass(frozen=True)

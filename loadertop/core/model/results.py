@@ -89,6 +89,13 @@ class TrialResult:
     ranks: int = 1  # loader replicas measured at once (--ranks); rates above are their sum
     rank_samples_per_s: tuple[float, ...] = ()  # each rank's own samples/s, when ranks > 1
     warnings: tuple[str, ...] = ()  # what the trial found wrong with the data, e.g. unsharded IterableDataset workers
+    # The wait in next() per batch over the counted blocks, ms (the worst rank's with --ranks). The first batch after
+    # an epoch boundary is not in them: that burst is epoch_restart_s, and each one crossed is in boundary_wait_ms.
+    wait_ms_p50: float | None = None
+    wait_ms_p95: float | None = None
+    wait_ms_p99: float | None = None
+    boundary_wait_ms: tuple[float, ...] = ()  # the wait for the first batch after each epoch boundary crossed (last 32)
+    rank_wait_ms_p99: tuple[float, ...] = ()  # each rank's p99, when ranks > 1
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -105,7 +112,8 @@ class TrialResult:
         return cls(**fields)
 
 
-_TUPLES = ("worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings")
+_TUPLES = ("worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings", "boundary_wait_ms")
+_TUPLES += ("rank_wait_ms_p99",)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Runs inside a trial process (runner.py). `emit` sends one protocol message (mode
 
 from __future__ import annotations
 
+import random
 import signal
 import statistics
 import time
@@ -71,8 +72,40 @@ class _Timed:
     wait: float  # blocked in next(): the loader kept the consumer waiting (a stall)
     step: float  # in the consumer
     seconds: float
+    waits: tuple[float, ...] = ()  # each batch's wait in next(), s; the first batch after an epoch boundary left out
     first_boundary: bool = False  # crossed the trial's first epoch boundary: the blocks start over, whole epochs
     cut: bool = False  # out of time mid-epoch: not a whole epoch, not counted
+
+
+BOUNDARIES_KEPT = 32  # the waits after the last this many epoch boundaries are reported one by one
+WAIT_SAMPLE = 65536  # per-batch waits kept per trial (512 KiB of floats): every one up to this, then a reservoir
+
+
+class _Waits:
+    """Per-batch waits of the clean blocks, tagged with their block: all of them up to WAIT_SAMPLE, then a
+    uniform reservoir (Algorithm R, fixed seed). The waits of any set of blocks are then a uniform sample too, so
+    the tails can be read over the blocks counted, which are known only at the end."""
+
+    def __init__(self) -> None:
+        self.kept: list[tuple[int, float]] = []
+        self.seen = 0
+        self.rng = random.Random(0)
+
+    def add(self, block: int, waits: tuple[float, ...]) -> None:
+        for w in waits:
+            self.seen += 1
+            if len(self.kept) < WAIT_SAMPLE:
+                self.kept.append((block, w))
+            elif (j := self.rng.randrange(self.seen)) < WAIT_SAMPLE:
+                self.kept[j] = (block, w)
+
+    def tails_ms(self, from_block: int) -> tuple[float, float, float] | None:
+        """p50, p95, p99 in ms of the waits of blocks `from_block` on; None without two waits."""
+        waits = [w for b, w in self.kept if b >= from_block]
+        if len(waits) < 2:
+            return None
+        q = statistics.quantiles(waits, n=100, method="inclusive")
+        return q[49] * 1e3, q[94] * 1e3, q[98] * 1e3
 
 
 @dataclass
@@ -84,8 +117,10 @@ class _Tally:
     step: float = 0.0
     batches: int = 0
     samples: int = 0
+    waits: _Waits = field(default_factory=_Waits)
 
     def add(self, block: _Timed) -> None:
+        self.waits.add(len(self.rates), block.waits)
         self.rates.append(block.batches / block.seconds)
         self.wait += block.wait
         self.step += block.step
@@ -219,6 +254,7 @@ class MeasuredLoop:
         cycle = max(1, self.config.num_workers)
         batches = samples = 0
         wait = step = 0.0
+        waits: list[float] = []
         first_boundary = cut = False
         start = time.perf_counter()
         while True:
@@ -229,6 +265,8 @@ class MeasuredLoop:
             t2 = time.perf_counter()
             wait += t1 - t0
             step += t2 - t1
+            if not crossed:  # the boundary's wait is epoch_restart_s (self.crossings), not part of the tails
+                waits.append(t1 - t0)
             batches += 1
             samples += batch_rows(batch, rows)
             if crossed and not whole_epochs:
@@ -242,7 +280,8 @@ class MeasuredLoop:
                     break
             elif t2 - start >= block_seconds and batches >= 2 and batches % cycle == 0:
                 break
-        return _Timed(batches, samples, wait, step, time.perf_counter() - start, first_boundary, cut)
+        seconds = time.perf_counter() - start
+        return _Timed(batches, samples, wait, step, seconds, tuple(waits), first_boundary, cut)
 
     def _record(self, tally: _Tally, block: _Timed, emit: Emit) -> float | None:
         """Count a clean block and emit it; returns the spread of the last min_blocks blocks (None until then)."""
@@ -271,8 +310,10 @@ class MeasuredLoop:
             raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
         if not stop_when_stable and len(tally.rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
             stable = spread(tally.rates[-settings.min_blocks :]) <= settings.target_spread
-        counted = tally.rates[-settings.min_blocks :] if stable else tally.rates
+        first_counted = len(tally.rates) - settings.min_blocks if stable else 0
+        counted = tally.rates[first_counted:]
         batches_per_s = statistics.median(counted)
+        tails = tally.waits.tails_ms(first_counted)
         length = _length(self.loader) if whole_epochs else 1 << 30  # blocks of whole epochs: how long one is
         return Finished(
             batches_per_s=batches_per_s,
@@ -286,6 +327,10 @@ class MeasuredLoop:
             stable=stable,
             epoch_batches=length if length < 1 << 30 else None,
             epoch_restart_s=statistics.median(self.crossings) if self.crossings else None,
+            wait_ms_p50=tails[0] if tails else None,
+            wait_ms_p95=tails[1] if tails else None,
+            wait_ms_p99=tails[2] if tails else None,
+            boundary_wait_ms=tuple(c * 1e3 for c in self.crossings[-BOUNDARIES_KEPT:]),
         )
 
     def epoch_boundary(self) -> float | None:

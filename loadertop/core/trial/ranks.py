@@ -21,6 +21,7 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -32,7 +33,8 @@ from loadertop.core.trial.procs import die_with_parent
 
 def aggregate(results: list[Finished]) -> Finished:
     """One Finished message for the node from every rank's: rates add up (the ranks load at once), the trial is
-    as slow to start, as spread and as stalled as its worst rank."""
+    as slow to start, as spread and as stalled as its worst rank, and its data-wait tails are the worst rank's
+    (a synchronous step waits for the slowest rank's batch)."""
     return replace(
         results[0],
         batches_per_s=sum(r.batches_per_s for r in results),
@@ -46,7 +48,21 @@ def aggregate(results: list[Finished]) -> Finished:
         ranks=len(results),
         rank_samples_per_s=tuple(r.samples_per_s for r in results),
         warnings=tuple(dict.fromkeys(w for r in results for w in r.warnings)),
+        wait_ms_p50=_worst(r.wait_ms_p50 for r in results),
+        wait_ms_p95=_worst(r.wait_ms_p95 for r in results),
+        wait_ms_p99=_worst(r.wait_ms_p99 for r in results),
+        boundary_wait_ms=max((r.boundary_wait_ms for r in results), key=lambda b: max(b, default=0.0)),
+        rank_wait_ms_p99=_each(r.wait_ms_p99 for r in results),
     )
+
+
+def _each(values: Iterable[float | None]) -> tuple[float, ...]:
+    known = tuple(values)
+    return () if None in known else tuple(v for v in known if v is not None)
+
+
+def _worst(values: Iterable[float | None]) -> float | None:
+    return max((v for v in values if v is not None), default=None)
 
 
 # -- the ranks (trial side) ------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@ COLUMNS = (  # (label, the report's column key)
     ("±", "spread"),
     ("Δ prev", "change"),
     ("stall", "stall"),
+    ("p99 ms", "p99"),
     ("1st", "first"),
     ("USS/w MB", "uss"),
     ("PSS MB", "pss"),
