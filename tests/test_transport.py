@@ -108,6 +108,7 @@ def test_a_float32_image_dataset_is_reported_transport_bound_end_to_end(runs: Pa
         interval=0.2,
         start_methods=("fork",),
         search="grid",
+        transport=True,
     )
     sweep = Sweep(s, out_dir=runs)
     list(sweep.events())
@@ -126,3 +127,13 @@ def test_a_float32_image_dataset_is_reported_transport_bound_end_to_end(runs: Pa
     assert two.reason.startswith("transport-bound: "), two.reason
     assert "the main process alone makes these batches faster: 0 workers" in two.reason
     assert rec.reason.startswith("transport-bound: ") and "uint8 samples normalised on the GPU" in rec.reason
+
+
+def test_transport_is_measured_only_when_asked(runs: Path, no_leftovers: None) -> None:
+    from loadertop.core.engine.driver import Sweep
+
+    s = Settings(dataset="synthetic", workers=(0,), trial_seconds=1.0, block_seconds=0.1, search="grid")
+    sweep = Sweep(s, out_dir=runs)
+    list(sweep.events())
+    assert sweep.result is not None
+    assert [c.kind for c in sweep.result.ceilings] == ["consumer"]

@@ -14,6 +14,8 @@ from typing import Any
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import CeilingMeasured, Emit, Failed
 
+IDLE_NOTE = "the consumer does no work (no CUDA and --step-ms 0): only the loader bounds throughput"
+
 MAX_SECONDS = 2.0  # per batch size; a sleep-based step of 100 ms still gives 20 steps
 MIN_BLOCK_S = 0.1
 MAX_BLOCKS = 10
@@ -34,18 +36,22 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
         consumer = make_consumer(settings, TrialConfig(0, settings.batch_sizes[0], pin_memory=pin))
         idle = isinstance(consumer, Consumer) and consumer.device is None and consumer.step_s <= 0
         what = _what(consumer, settings)
+        if idle and not settings.transport:  # nothing to time: no need to build the dataset here
+            for bs in settings.batch_sizes:
+                emit(CeilingMeasured(bs, None, IDLE_NOTE))
+            return 0
         dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
         for bs in settings.batch_sizes:
             loader = DataLoader(dataset, batch_size=bs, num_workers=0, pin_memory=pin, **extra)
             batch = next(iter(loader))
             if idle:
-                note = "the consumer does no work (no CUDA and --step-ms 0): only the loader bounds throughput"
-                emit(CeilingMeasured(bs, None, note))
+                emit(CeilingMeasured(bs, None, IDLE_NOTE))
             else:
                 rate, spread = _steps_per_s(consumer, batch, min(MAX_SECONDS, settings.trial_seconds / 2))
                 note = f"consumer alone on a cached batch: {what} per batch"
                 emit(CeilingMeasured(bs, rate * batch_rows(batch, bs), note, spread))
-            measure_transport(settings, batch, bs, batch_rows(batch, bs), emit)
+            if settings.transport:  # opt-in until it is cheap enough for every sweep (a few seconds per batch size)
+                measure_transport(settings, batch, bs, batch_rows(batch, bs), emit)
         return 0
     except BaseException as exc:
         import traceback
