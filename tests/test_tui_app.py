@@ -17,6 +17,7 @@ from tui_fakes import (
     WORKERS,
     FakeSweep,
     FakeSweepFactory,
+    cell,
     change_of,
     snippet,
     sync,
@@ -73,10 +74,10 @@ async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
         assert "MB/min" in memory and "keeps climbing" in memory
         table = app.query_one(ResultsTable)
         assert table.row_count == len(WORKERS)
-        marks = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        marks = [cell(table, i, "mark") for i in range(table.row_count)]
         assert marks == ["", "", "", "", "★◆", "", ""]
-        assert str(table.get_row_at(6)[6]) == "failed"
-        assert "/dev/shm too small" in str(table.get_row_at(6)[14])
+        assert cell(table, 6, "samples/s") == "failed"
+        assert "/dev/shm too small" in cell(table, 6, "status")
         assert table.cursor_row == 4  # the recommended row
         chart = app.query_one(ThroughputChart)
         assert "knee 4" in str(chart.border_title)
@@ -102,7 +103,7 @@ async def test_two_gpus_show_a_sparkline_each_with_numbers(tmp_path: Path) -> No
         factory.sweeps[0].release()
         await wait_until(pilot, lambda: finished(app))
         table = app.query_one(ResultsTable)
-        assert str(table.get_row_at(4)[13]).endswith("%")  # GPU % column
+        assert cell(table, 4, "gpu").endswith("%")
 
 
 @sync
@@ -193,7 +194,7 @@ async def test_r_reruns_and_the_table_shows_the_change(factory: FakeSweepFactory
         assert previous is first and only is None and settings == SETTINGS
         table = app.query_one(ResultsTable)
         # the failed row: not measured ("–", as headless prints it)
-        assert [str(table.get_row_at(i)[8]) for i in range(table.row_count)] == ["+8%"] * 6 + ["–"]
+        assert [cell(table, i, "change") for i in range(table.row_count)] == ["+8%"] * 6 + ["–"]
         assert app.state.previous is first
         assert "previous" not in str(app.query_one(ThroughputChart).border_title)  # tall: in the legend instead
 
@@ -228,7 +229,7 @@ async def test_enter_reruns_the_highlighted_row_with_a_tighter_spread(factory: F
         assert previous is not None and len(previous.trials) == len(WORKERS)
         table = app.query_one(ResultsTable)
         assert table.row_count == len(WORKERS)
-        assert str(table.get_row_at(2)[8]) == "+8%"
+        assert cell(table, 2, "change") == "+8%"
         assert app.state.recommendation is not None and rec is not None
         assert app.state.recommendation.config == rec.config
         assert "rerunning w=2 bs=32 pf=2 fork with more repeats" in app.messages[-1][1]
@@ -396,7 +397,7 @@ async def test_no_color_is_honoured_and_marks_survive(
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         table = app.query_one(ResultsTable)
-        assert str(table.get_row_at(4)[0]) == "★◆"  # symbols, not only colour
+        assert cell(table, 4, "mark") == "★◆"  # symbols, not only colour
 
 
 @sync

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, sync, wait_until
+from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, cell, sync, wait_until
 
 from loadertop.core.engine import num
 from loadertop.tui import fmt
@@ -34,7 +34,7 @@ async def test_a_repeated_configuration_shows_as_the_running_trial(tmp_path: Pat
         assert memory == f"Memory · trial {REPEAT + 1} w=4"
         assert f"trial {REPEAT + 1}/{total}" in app.query_one(HeaderPane).render().plain
         table = app.query_one(ResultsTable)
-        assert str(table.get_row_at(4)[0]) == "▸" and "running" in str(table.get_row_at(4)[14])
+        assert cell(table, 4, "mark") == "▸" and "running" in cell(table, 4, "status")
         factory.sweeps[0].release()
         await wait_until(pilot, lambda: app.state.phase == "finished")
         await pilot.press("q")
@@ -55,6 +55,6 @@ async def test_after_a_trial_the_memory_pane_says_what_its_row_says(tmp_path: Pa
             result = app.state.rows[row].result
             assert result is not None and result.total_pss_mb is not None
             assert f"PSS {fmt.mb(result.total_pss_mb)}" in pane
-            assert num(result.total_pss_mb) == str(table.get_row_at(row)[12])  # the report's format (MB)
+            assert num(result.total_pss_mb) == cell(table, row, "pss")  # the report's format (MB)
             assert "60 MB" not in pane
         await pilot.press("q")

@@ -393,3 +393,9 @@ def change_of(state: SweepState, index: int) -> float | None:
 def knee_rows(state: SweepState) -> list[TrialConfig]:
     report = live_report(state)
     return [row.config for row in report.rows if row.knee] if report is not None else []
+
+
+def cell(table: Any, row: int, key: str) -> str:
+    """A results-table cell by its column key (the report's), not by position."""
+    keys = [str(column.key.value) for column in table.ordered_columns]
+    return str(table.get_row_at(row)[keys.index(key)])
