@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from loadertop.core.engine import sweep as sweep
     from loadertop.core.model.config import UsageError as UsageError
+    from loadertop.core.trial.threads import set_worker_threads as set_worker_threads
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from loadertop.core.model.config import UsageError
 
         return UsageError
+    if name == "set_worker_threads":  # a picklable worker_init_fn: the snippet's --worker-threads
+        from loadertop.core.trial.threads import set_worker_threads
+
+        return set_worker_threads
     raise AttributeError(name)

@@ -18,6 +18,7 @@ from loadertop.core.engine.reasons import (
     MAIN_PROCESS_BUSY,
     capacity,
     has_cuda,
+    oversubscribed,
     per_worker_cpu,
 )
 from loadertop.core.engine.transport import transport_reason
@@ -42,7 +43,9 @@ def analyze(
     rec, unpinned = _prefer_unpinned(rec, best, ok, tol, machine)
     curve = curve_of(ok, rec)
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, tol, machine)
-    notes = [note for note in (preferred, _unordered_gain(rec, ok, tol), unpinned) if note]
+    # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
+    over = oversubscribed(rec, machine) if settings.step_ms > 0 or settings.consumer else ""
+    notes = [note for note in (preferred, _unordered_gain(rec, ok, tol), unpinned, over) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
@@ -142,6 +145,8 @@ def snippet(config: TrialConfig, default_start_method: str, extra: Sequence[str]
             args.append(f'multiprocessing_context="{config.start_method}"')
         if not config.in_order:
             args.append("in_order=False")
+        if config.worker_threads is not None:  # needs `import loadertop`; it chains no worker_init_fn of yours
+            args.append(f"worker_init_fn=loadertop.set_worker_threads({config.worker_threads})")
     return f"DataLoader({', '.join(args)})"
 
 

@@ -44,6 +44,8 @@ CSV_COLUMNS = [
     "recommended",
     "knee",
     "change_vs_previous",
+    "worker_threads",
+    "main_threads",
 ]
 
 

@@ -75,6 +75,9 @@ def trial_reason(
     phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
     if trial.config.pin_memory and not has_cuda(machine):
         phrase += ", pinning not measured (no CUDA)"
+    over = oversubscribed(trial, machine) if ceiling else ""  # a ceiling: a training step runs beside the loader
+    if over:
+        phrase += f", {over}"
     if ceiling and trial.samples_per_s is not None:
         phrase += f", {pct(trial.samples_per_s / ceiling)} of ceiling"
     if peak_samples_per_s and trial.samples_per_s is not None:
@@ -124,6 +127,31 @@ def _bound(trial: TrialResult, machine: MachineInfo) -> str:
         # is just the training step's time.)
         return f"I/O-bound (the training process waits, at {main:.0f}% CPU)"
     return f"loader-bound (stall {pct(stall)})"
+
+
+def oversubscribed(trial: TrialResult, machine: MachineInfo) -> str:
+    """'oversubscribed: 2 workers × 1 thread + 2 main-process threads = 4 > 2 usable CPUs (try ...)' when the
+    threads that compute at once (each worker's intra-op threads, torch's 1 unless --worker-threads, and the
+    training process's own, per rank) outnumber the usable CPUs; else ""."""
+    main = trial.main_threads
+    if main is None or trial.status != "ok":
+        return ""
+    nw, per = trial.config.num_workers, trial.config.worker_threads or 1
+    ranks, cpus = max(1, trial.ranks), machine.usable_cpus
+    total = ranks * (nw * per + main)
+    if total <= cpus:
+        return ""
+    terms = [f"{nw} worker{_s(nw)} × {per} thread{_s(per)}"] if nw else []
+    terms.append(f"{main} main-process thread{_s(main)}")
+    count = " + ".join(terms) if ranks == 1 else f"{ranks} ranks × ({' + '.join(terms)})"
+    fit = max(1, cpus // ranks - nw * per)  # what the training process may keep beside its workers
+    fixes = [f"torch.set_num_threads({fit}) in the training process"] if fit < main else []
+    fixes += (["fewer worker threads"] if per > 1 else []) + (["fewer workers"] if nw else [])
+    return f"oversubscribed: {count} = {total} > {cpus} usable CPUs (try {' or '.join(fixes)})"
+
+
+def _s(n: int) -> str:
+    return "" if n == 1 else "s"
 
 
 def _boundary_share(trial: TrialResult) -> float | None:

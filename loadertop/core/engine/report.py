@@ -67,7 +67,10 @@ def config_cells(c: TrialConfig) -> dict[str, str]:
         "prefetch": NONE if c.prefetch_factor is None else str(c.prefetch_factor),
         "pin": "on" if c.pin_memory else "off",
         "persist": "on" if c.persistent_workers else "off",
-        "start": (c.start_method or NONE) + ("" if c.in_order else " unordered"),
+        # Order and worker threads ride on the start cell, only when set: the TUI's table keeps its width.
+        "start": (c.start_method or NONE)
+        + ("" if c.in_order else " unordered")
+        + ("" if c.worker_threads is None else f" th={c.worker_threads}"),
     }
 
 

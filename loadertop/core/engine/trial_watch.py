@@ -213,6 +213,7 @@ def measured(
         wait_ms_p99=finished.wait_ms_p99,
         boundary_wait_ms=finished.boundary_wait_ms,
         rank_wait_ms_p99=finished.rank_wait_ms_p99,
+        main_threads=finished.main_threads,
     )
 
 

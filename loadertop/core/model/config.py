@@ -28,6 +28,7 @@ class TrialConfig:
     persistent_workers: bool = False
     start_method: str | None = None
     in_order: bool = True  # DataLoader(in_order=...), torch >= 2.6; False lets a fast worker overtake a slow one
+    worker_threads: int | None = None  # torch.set_num_threads(n) in each worker; None: torch's default there (1)
 
     def label(self) -> str:
         # Knobs that need workers are shown whenever set: a skipped 0-worker combination must read differently
@@ -43,6 +44,8 @@ class TrialConfig:
             parts.append(self.start_method)
         if not self.in_order:
             parts.append("unordered")
+        if self.worker_threads is not None:
+            parts.append(f"th={self.worker_threads}")
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -116,6 +119,9 @@ class Settings:
     in_order: tuple[bool, ...] = field(default=(True,), metadata=option(
         "--in-order", "DataLoader in_order values (off: batches as workers finish; torch >= 2.6)", "bools",
         metavar="on,off"))
+    worker_threads: tuple[int | None, ...] = field(default=(None,), metadata=option(
+        "--worker-threads", "intra-op threads per worker, torch.set_num_threads(n) in worker_init_fn, e.g. 1,2,4 "
+        "(default: torch's own in workers, 1)", "ints", metavar="LIST", low=1))
     step_ms: float = field(default=0.0, metadata=option(
         "--step-ms", "emulated training step per batch (CUDA: copy + kernel; CPU: sleep)", "number", metavar="MS",
         zero_ok=True))
@@ -183,11 +189,11 @@ class Settings:
         size and pin_memory; `skipped_configs()` lists the combinations that collapse, with the reason.
         """
         seen: dict[TrialConfig, None] = {}
-        for bs, pf, pin, persist, method, order, nw in self._product():
+        for bs, pf, pin, persist, method, order, threads, nw in self._product():
             if nw == 0:
                 config = TrialConfig(0, bs, None, pin, False, None, True)
             else:
-                config = TrialConfig(nw, bs, pf, pin, persist, method, order)
+                config = TrialConfig(nw, bs, pf, pin, persist, method, order, threads)
             seen.setdefault(config, None)
         return list(seen)
 
@@ -195,17 +201,17 @@ class Settings:
         """0-worker combinations that are not run, each with the reason (the DataLoader rejects them, or they
         would measure the same loader again): shown as status "skipped" in the results."""
         out: dict[TrialConfig, str] = {}
-        for bs, pf, pin, persist, method, order, nw in self._product():
+        for bs, pf, pin, persist, method, order, threads, nw in self._product():
             if nw != 0:
                 continue
-            why = zero_worker_conflicts(pf, persist, method, order)
+            why = zero_worker_conflicts(pf, persist, method, order, threads)
             if why:
                 config = TrialConfig(0, bs, pf if pf != DEFAULT_PREFETCH else None, pin, persist,
-                                     method if method != default_start_method() else None, order)  # fmt: skip
+                                     method if method != default_start_method() else None, order, threads)  # fmt: skip
                 out.setdefault(config, why)
         return list(out.items())
 
-    def _product(self) -> itertools.product[tuple[int, int, bool, bool, str, bool, int]]:
+    def _product(self) -> itertools.product[tuple[int, int, bool, bool, str, bool, int | None, int]]:
         return itertools.product(
             self.batch_sizes,
             self.prefetch_factors,
@@ -213,6 +219,7 @@ class Settings:
             self.persistent_workers,
             self.start_methods,
             self.in_order,
+            self.worker_threads,
             self.workers,
         )
 
@@ -227,7 +234,9 @@ def settings_options() -> list[tuple[str, Option]]:
 DEFAULT_PREFETCH = 2  # the DataLoader's prefetch_factor when workers are used and none is given
 
 
-def zero_worker_conflicts(prefetch: int, persistent: bool, start_method: str, in_order: bool) -> str:
+def zero_worker_conflicts(
+    prefetch: int, persistent: bool, start_method: str, in_order: bool, worker_threads: int | None = None
+) -> str:
     """Why a combination cannot be what it says at 0 workers ("" when it can: the knobs are at their defaults)."""
     rejected = []
     if prefetch != DEFAULT_PREFETCH:
@@ -239,6 +248,9 @@ def zero_worker_conflicts(prefetch: int, persistent: bool, start_method: str, in
     parts = [f"DataLoader rejects {', '.join(rejected)} at 0 workers"] if rejected else []
     if not in_order:
         parts.append("in_order=False does nothing at 0 workers")
+    if worker_threads is not None:
+        parts.append(f"worker_threads={worker_threads} needs workers (at 0 workers the training process's own "
+                     "threads load)")  # fmt: skip
     return "; ".join(parts)
 
 

@@ -170,6 +170,8 @@ class Finished:
     wait_ms_p99: float | None = None
     boundary_wait_ms: tuple[float, ...] = ()  # the first batch after each epoch boundary crossed (the last 32)
     rank_wait_ms_p99: tuple[float, ...] = ()  # each rank's p99, when ranks > 1
+    # torch.get_num_threads() in the trial's main process after the consumer's steps: the training step's threads
+    main_threads: int | None = None
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,7 @@ class TrialResult:
     wait_ms_p99: float | None = None
     boundary_wait_ms: tuple[float, ...] = ()  # the wait for the first batch after each epoch boundary crossed (last 32)
     rank_wait_ms_p99: tuple[float, ...] = ()  # each rank's p99, when ranks > 1
+    main_threads: int | None = None  # intra-op threads of the trial's main process (where the consumer steps)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -102,8 +102,13 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
     if config.num_workers > 0:
         from loadertop.core.trial.procs import DieWithParent
 
+        user_init = kwargs.get("worker_init_fn")
+        if config.worker_threads is not None:
+            from loadertop.core.trial.threads import WorkerThreads
+
+            user_init = WorkerThreads(config.worker_threads, user_init)
         # Workers die with their trial even when nobody is left to kill its process group.
-        kwargs["worker_init_fn"] = DieWithParent(kwargs.get("worker_init_fn"), config.start_method != "forkserver")
+        kwargs["worker_init_fn"] = DieWithParent(user_init, config.start_method != "forkserver")
         kwargs["prefetch_factor"] = config.prefetch_factor
         kwargs["persistent_workers"] = config.persistent_workers
         kwargs["multiprocessing_context"] = multiprocessing.get_context(config.start_method)

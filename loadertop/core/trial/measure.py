@@ -305,6 +305,8 @@ class MeasuredLoop:
 
     def _finished(self, tally: _Tally, whole_epochs: bool, stable: bool, stop_when_stable: bool) -> Finished:
         """The trial's figures: the median rate of the blocks counted (the last min_blocks when stable, else all)."""
+        import torch
+
         settings = self.settings
         if not tally.rates:
             raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
@@ -331,6 +333,7 @@ class MeasuredLoop:
             wait_ms_p95=tails[1] if tails else None,
             wait_ms_p99=tails[2] if tails else None,
             boundary_wait_ms=tuple(c * 1e3 for c in self.crossings[-BOUNDARIES_KEPT:]),
+            main_threads=torch.get_num_threads(),  # after the consumer's steps: a step that sets its own counts
         )
 
     def epoch_boundary(self) -> float | None:
