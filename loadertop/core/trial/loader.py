@@ -64,13 +64,7 @@ def supports_in_order() -> bool:
 def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: int = 1) -> Built:
     """The DataLoader of one trial (of one rank): the factory's extra arguments, the swept knobs, and an
     EpochControl around the sampler; with several ranks a DistributedSampler shards a map-style dataset."""
-    from torch.utils.data import (
-        DataLoader,
-        DistributedSampler,
-        IterableDataset,
-        RandomSampler,
-        SequentialSampler,
-    )
+    from torch.utils.data import DataLoader, IterableDataset
 
     from loadertop.core.trial.crashes import note_indices
 
@@ -82,23 +76,7 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
     control: EpochControl | None = None
     batch_size: int | None = config.batch_size
     if not iterable:
-        if "batch_sampler" in kwargs:
-            if len(settings.batch_sizes) > 1:
-                raise SpecError("the dataset factory fixes batch_sampler, so --batch-size cannot be swept")
-            control = EpochControl(kwargs.pop("batch_sampler"))
-            kwargs["batch_sampler"] = control
-            batch_size = 1  # the DataLoader's default: batch_sampler excludes batch_size
-        else:
-            shuffle = bool(kwargs.pop("shuffle", False))
-            base = kwargs.pop("sampler", None)
-            if base is None and world > 1:
-                base = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle)
-            elif base is None and shuffle:
-                base = RandomSampler(dataset, generator=kwargs.get("generator"))
-            elif base is None:
-                base = SequentialSampler(dataset)
-            control = EpochControl(base)
-            kwargs["sampler"] = control
+        control, batch_size = _sampling(dataset, kwargs, settings, config, rank, world)
     if config.num_workers > 0:
         from loadertop.core.trial.procs import DieWithParent
 
@@ -122,3 +100,29 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
         **kwargs,
     )
     return Built(loader, control, iterable, tuple(sorted(extra)))
+
+
+def _sampling(
+    dataset: Any, kwargs: dict[str, Any], settings: Settings, config: TrialConfig, rank: int, world: int
+) -> tuple[EpochControl, int | None]:
+    """Wrap the factory's sampler (or batch_sampler) in an EpochControl, in `kwargs`; with several ranks a
+    DistributedSampler shards the dataset. Returns the control and the batch size to pass to the DataLoader."""
+    from torch.utils.data import DistributedSampler, RandomSampler, SequentialSampler
+
+    if "batch_sampler" in kwargs:
+        if len(settings.batch_sizes) > 1:
+            raise SpecError("the dataset factory fixes batch_sampler, so --batch-size cannot be swept")
+        control = EpochControl(kwargs.pop("batch_sampler"))
+        kwargs["batch_sampler"] = control
+        return control, 1  # the DataLoader's default: batch_sampler excludes batch_size
+    shuffle = bool(kwargs.pop("shuffle", False))
+    base = kwargs.pop("sampler", None)
+    if base is None and world > 1:
+        base = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=shuffle)
+    elif base is None and shuffle:
+        base = RandomSampler(dataset, generator=kwargs.get("generator"))
+    elif base is None:
+        base = SequentialSampler(dataset)
+    control = EpochControl(base)
+    kwargs["sampler"] = control
+    return control, config.batch_size
