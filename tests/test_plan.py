@@ -83,10 +83,11 @@ def test_auto_workers_are_the_adaptive_climb_per_rank(api_settings: ApiSettings)
     assert api_settings(search="grid").workers == auto_workers(cpus)
 
 
-def test_defaults_are_the_fields_own() -> None:
+def test_defaults_are_the_fields_own(api_settings: ApiSettings) -> None:
     # The parser declares no default: a flag not given is the Settings field's default (workers: `auto`).
     built = cli_settings()
-    assert dataclasses.replace(built, workers=Settings().workers) == Settings()
+    assert dataclasses.replace(built, workers=Settings().workers, transport=False) == Settings()
+    assert built.transport and api_settings().transport  # users get the transport ceiling; tests' Settings() skip it
 
 
 BAD = [

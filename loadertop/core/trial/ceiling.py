@@ -50,7 +50,7 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
                 rate, spread = _steps_per_s(consumer, batch, min(MAX_SECONDS, settings.trial_seconds / 2))
                 note = f"consumer alone on a cached batch: {what} per batch"
                 emit(CeilingMeasured(bs, rate * batch_rows(batch, bs), note, spread))
-            if settings.transport:  # opt-in until it is cheap enough for every sweep (a few seconds per batch size)
+            if settings.transport:
                 measure_transport(settings, batch, bs, batch_rows(batch, bs), emit)
         return 0
     except BaseException as exc:
