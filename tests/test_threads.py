@@ -80,15 +80,21 @@ def _machine(cpus: int) -> MachineInfo:
 
 def test_oversubscription_is_named_when_the_threads_outnumber_the_cpus_and_not_otherwise() -> None:
     two = _machine(2)
-    over = oversubscribed(_trial(2, 2), two)
+    over = oversubscribed(_trial(2, 2), two, step=True)
     assert over == (
         "oversubscribed: 2 workers × 1 thread + 2 main-process threads = 4 > 2 usable CPUs "
         "(try torch.set_num_threads(1) in the training process or fewer workers)"
     )
-    assert "2 workers × 2 threads" in oversubscribed(_trial(2, 1, threads=2), two)
-    assert oversubscribed(_trial(2, 2), _machine(4)) == ""  # 4 threads on 4 CPUs fit
-    assert oversubscribed(_trial(0, 2), two) == ""
-    assert oversubscribed(_trial(2, None), two) == ""  # an old result: nothing known
+    assert "2 workers × 2 threads" in oversubscribed(_trial(2, 1, threads=2), two, step=True)
+    assert oversubscribed(_trial(2, 2), _machine(4), step=True) == ""  # 4 threads on 4 CPUs fit
+    assert oversubscribed(_trial(0, 2), two, step=True) == ""
+    assert oversubscribed(_trial(2, None), two, step=True) == ""  # an old result: nothing known
+    # Without a training step only extra worker threads count: 2 workers × 2 threads on 2 CPUs, but not 2 × 1
+    # (more single-threaded workers than CPUs is what the CPU-bound reason says).
+    assert oversubscribed(_trial(2, 2, threads=2), two, step=False) == (
+        "oversubscribed: 2 workers × 2 threads = 4 > 2 usable CPUs (try fewer worker threads or fewer workers)"
+    )
+    assert oversubscribed(_trial(4, 2), two, step=False) == ""
     # In the trial's reason only with a training step beside the loader (its ceiling).
     assert "oversubscribed: " in trial_reason(_trial(2, 2), two, 500.0, ceiling=900.0)
     assert "oversubscribed" not in trial_reason(_trial(2, 2), two, 500.0)

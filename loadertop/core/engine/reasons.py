@@ -75,7 +75,7 @@ def trial_reason(
     phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
     if trial.config.pin_memory and not has_cuda(machine):
         phrase += ", pinning not measured (no CUDA)"
-    over = oversubscribed(trial, machine) if ceiling else ""  # a ceiling: a training step runs beside the loader
+    over = oversubscribed(trial, machine, step=bool(ceiling))  # a ceiling: a training step runs beside the loader
     if over:
         phrase += f", {over}"
     if ceiling and trial.samples_per_s is not None:
@@ -129,23 +129,25 @@ def _bound(trial: TrialResult, machine: MachineInfo) -> str:
     return f"loader-bound (stall {pct(stall)})"
 
 
-def oversubscribed(trial: TrialResult, machine: MachineInfo) -> str:
+def oversubscribed(trial: TrialResult, machine: MachineInfo, step: bool) -> str:
     """'oversubscribed: 2 workers × 1 thread + 2 main-process threads = 4 > 2 usable CPUs (try ...)' when the
-    threads that compute at once (each worker's intra-op threads, torch's 1 unless --worker-threads, and the
-    training process's own, per rank) outnumber the usable CPUs; else ""."""
-    main = trial.main_threads
-    if main is None or trial.status != "ok":
-        return ""
+    threads that compute at once outnumber the usable CPUs: each worker's intra-op threads (torch's 1 unless
+    --worker-threads), and, when a training `step` runs beside the loader, the training process's own, per rank.
+    Without a step only extra worker threads count: more single-threaded workers than CPUs is the CPU-bound
+    reason's business. Else ""."""
     nw, per = trial.config.num_workers, trial.config.worker_threads or 1
+    main = (trial.main_threads or 0) if step else 0
+    if trial.status != "ok" or (step and trial.main_threads is None) or (not step and per <= 1):
+        return ""
     ranks, cpus = max(1, trial.ranks), machine.usable_cpus
     total = ranks * (nw * per + main)
     if total <= cpus:
         return ""
     terms = [f"{nw} worker{_s(nw)} × {per} thread{_s(per)}"] if nw else []
-    terms.append(f"{main} main-process thread{_s(main)}")
+    terms += [f"{main} main-process thread{_s(main)}"] if main else []
     count = " + ".join(terms) if ranks == 1 else f"{ranks} ranks × ({' + '.join(terms)})"
     fit = max(1, cpus // ranks - nw * per)  # what the training process may keep beside its workers
-    fixes = [f"torch.set_num_threads({fit}) in the training process"] if fit < main else []
+    fixes = [f"torch.set_num_threads({fit}) in the training process"] if main and fit < main else []
     fixes += (["fewer worker threads"] if per > 1 else []) + (["fewer workers"] if nw else [])
     return f"oversubscribed: {count} = {total} > {cpus} usable CPUs (try {' or '.join(fixes)})"
 
