@@ -95,10 +95,11 @@ def test_oversubscription_is_named_when_the_threads_outnumber_the_cpus_and_not_o
         "oversubscribed: 2 workers × 2 threads = 4 > 2 usable CPUs (try fewer worker threads or fewer workers)"
     )
     assert oversubscribed(_trial(4, 2), two, step=False) == ""
-    # In the trial's reason only with a training step beside the loader (its ceiling).
-    assert "oversubscribed: " in trial_reason(_trial(2, 2), two, 500.0, ceiling=900.0)
-    assert "oversubscribed" not in trial_reason(_trial(2, 2), two, 500.0)
-    assert "oversubscribed" not in trial_reason(_trial(2, 1), _machine(3), 500.0, ceiling=900.0)
+    # The main process's threads count only beside a step that computes on the CPU (--consumer): --step-ms sleeps
+    # (or runs a GPU kernel) and leaves them idle.
+    assert "oversubscribed: " in trial_reason(_trial(2, 2), two, 500.0, ceiling=900.0, cpu_step=True)
+    assert "oversubscribed" not in trial_reason(_trial(2, 2), two, 500.0, ceiling=900.0)
+    assert "oversubscribed" not in trial_reason(_trial(2, 1), _machine(3), 500.0, ceiling=900.0, cpu_step=True)
 
 
 def test_the_recommendation_names_oversubscription_with_a_consumer() -> None:
@@ -110,6 +111,8 @@ def test_the_recommendation_names_oversubscription_with_a_consumer() -> None:
     assert "oversubscribed: 2 workers × 1 thread + 2 main-process threads = 4 > 2 usable CPUs" in rec.reason
     _, plain = analyze(trials, Settings(workers=(0, 2)), _machine(2))
     assert plain is not None and "oversubscribed" not in plain.reason
+    _, sleeping = analyze(trials, Settings(workers=(0, 2), step_ms=20.0), _machine(2))  # an emulated step sleeps
+    assert sleeping is not None and "oversubscribed" not in sleeping.reason
 
 
 def test_an_old_result_without_the_new_keys_loads() -> None:

@@ -44,7 +44,7 @@ def analyze(
     curve = curve_of(ok, rec)
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, tol, machine)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
-    over = oversubscribed(rec, machine, step=settings.step_ms > 0 or bool(settings.consumer))
+    over = oversubscribed(rec, machine, step=bool(settings.consumer))  # --step-ms leaves the CPU threads idle
     notes = [note for note in (preferred, _unordered_gain(rec, ok, tol), unpinned, over) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:

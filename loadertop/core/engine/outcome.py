@@ -44,7 +44,7 @@ def _judge(evidence: Evidence, machine: MachineInfo) -> Conclusion:
     settings = evidence.settings
     annotated = [
         with_notes(t, settings.ranks, machine.usable_cpus)
-        for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings)
+        for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings, bool(settings.consumer))
     ]
     knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings)
     recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable)

@@ -26,7 +26,11 @@ _MEMORY_WORDS = re.compile(r"\b(memory|oom|oom-killer|out of memory)\b", re.IGNO
 
 
 def annotate(
-    trials: Sequence[TrialResult], machine: MachineInfo, tolerance: float, ceilings: Sequence[Ceiling] = ()
+    trials: Sequence[TrialResult],
+    machine: MachineInfo,
+    tolerance: float,
+    ceilings: Sequence[Ceiling] = (),
+    cpu_step: bool = False,
 ) -> list[TrialResult]:
     """Every trial with its reason, its share of the consumer's ceiling, and which earlier trial it repeats.
 
@@ -44,7 +48,7 @@ def annotate(
         repeat_of = earlier if earlier != t.index else None
         judged = merged.get(t.config, t) if t.status == "ok" else t
         transport = transport_phrase(judged, ceilings, list(merged.values()), tolerance) if t.status == "ok" else ""
-        reason = trial_reason(judged, machine, peak, tolerance, ceiling, transport)
+        reason = trial_reason(judged, machine, peak, tolerance, ceiling, transport, cpu_step)
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
         out.append(
@@ -65,6 +69,7 @@ def trial_reason(
     tolerance: float = 0.05,
     ceiling: float | None = None,
     transport: str = "",
+    cpu_step: bool = False,
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
     the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
@@ -75,7 +80,7 @@ def trial_reason(
     phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
     if trial.config.pin_memory and not has_cuda(machine):
         phrase += ", pinning not measured (no CUDA)"
-    over = oversubscribed(trial, machine, step=bool(ceiling))  # a ceiling: a training step runs beside the loader
+    over = oversubscribed(trial, machine, step=cpu_step)
     if over:
         phrase += f", {over}"
     if ceiling and trial.samples_per_s is not None:
@@ -132,7 +137,8 @@ def _bound(trial: TrialResult, machine: MachineInfo) -> str:
 def oversubscribed(trial: TrialResult, machine: MachineInfo, step: bool) -> str:
     """'oversubscribed: 2 workers × 1 thread + 2 main-process threads = 4 > 2 usable CPUs (try ...)' when the
     threads that compute at once outnumber the usable CPUs: each worker's intra-op threads (torch's 1 unless
-    --worker-threads), and, when a training `step` runs beside the loader, the training process's own, per rank.
+    --worker-threads), and, when a training `step` computes on the CPU beside the loader (--consumer; --step-ms
+    sleeps, or runs a GPU kernel, leaving the CPU threads idle), the training process's own, per rank.
     Without a step only extra worker threads count: more single-threaded workers than CPUs is the CPU-bound
     reason's business. Else ""."""
     nw, per = trial.config.num_workers, trial.config.worker_threads or 1
