@@ -9,7 +9,7 @@ from loadertop.core.model.config import (
     auto_workers,
     parse_bool_list,
     parse_int_list,
-    parse_workers,
+    parse_worker_counts,
 )
 
 
@@ -24,13 +24,13 @@ from loadertop.core.model.config import (
     ],
 )
 def test_parse_workers(spec: str, expected: tuple[int, ...]) -> None:
-    assert parse_workers(spec, usable_cpus=2) == expected
+    assert parse_worker_counts(spec) == expected
 
 
 @pytest.mark.parametrize("spec", ["8-2", "-1", "x", "1,,2", "0-4:0", "2000"])
 def test_parse_workers_rejects(spec: str) -> None:
     with pytest.raises(UsageError, match="--workers"):
-        parse_workers(spec, usable_cpus=2)
+        parse_worker_counts(spec)
 
 
 def test_auto_workers_reaches_past_the_cores() -> None:

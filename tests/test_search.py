@@ -15,7 +15,7 @@ from loadertop.core.engine.analysis import analyze
 from loadertop.core.engine.band import merge_repeats, noise_band
 from loadertop.core.engine.planners import GridPlanner
 from loadertop.core.engine.search import AdaptivePlanner, make_planner
-from loadertop.core.model.config import Settings, TrialConfig, parse_workers
+from loadertop.core.model.config import Settings, TrialConfig, auto_counts
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult, UslFit
 
 WIDE = tuple(range(33))  # 0..32, as `--workers 0-32`
@@ -316,9 +316,9 @@ def test_grid_still_measures_everything_in_order():
 
 
 def test_auto_workers_for_the_adaptive_search_reach_the_hard_cap():
-    assert parse_workers("auto", 2, "adaptive") == tuple(range(65))
-    assert parse_workers("auto", 32, "adaptive")[-1] == 128  # 4 per CPU on a big machine
-    assert parse_workers("auto", 2) == (0, 1, 2, 3, 4, 6, 8)  # the grid keeps its ladder
+    assert auto_counts(2, "adaptive") == tuple(range(65))
+    assert auto_counts(32, "adaptive")[-1] == 128  # 4 per CPU on a big machine
+    assert auto_counts(2, "grid") == (0, 1, 2, 3, 4, 6, 8)  # the grid keeps its ladder
 
 
 # ------------------------------------------------------------------------------------------------ repeats and results

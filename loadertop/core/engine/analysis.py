@@ -22,7 +22,7 @@ from loadertop.core.engine.reasons import (
     per_worker_cpu,
 )
 from loadertop.core.engine.transport import transport_reason
-from loadertop.core.engine.wording import pct, signed_pct, sps, workers
+from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, TrialResult, UslFit
 
@@ -117,7 +117,7 @@ def _unordered_gain(rec: TrialResult, ok: list[TrialResult], tol: float) -> str:
     if rec.wait_ms_p99 is not None and twin.wait_ms_p99 is not None:
         tails = f", data-wait p99 {rec.wait_ms_p99:.1f} vs {twin.wait_ms_p99:.1f} ms"
     return (
-        f"in_order=False: {signed_pct(sps(rec) / sps(twin) - 1.0)} over in order ({sps(rec):.0f} vs "
+        f"in_order=False: {pct(sps(rec) / sps(twin) - 1.0, signed=True)} over in order ({sps(rec):.0f} vs "
         f"{sps(twin):.0f} samples/s{tails}): a slow sample no longer holds up the batches behind it"
     )
 
@@ -210,7 +210,7 @@ def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], band: f
         clauses.append(_comparison(comparator, rec, band, who(comparator)))
     drop = drop_after_peak(curve, tol)
     if drop is not None and drop[0] is not comparator:
-        clauses.append(f"slower again at {who(drop[0])} ({signed_pct(drop[1])})")
+        clauses.append(f"slower again at {who(drop[0])} ({pct(drop[1], signed=True)})")
     return "; ".join(clauses) if clauses else f"no other configuration measured within {pct(band)}"
 
 
@@ -229,7 +229,7 @@ def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], band: float, t
         return (
             "the main process does the work fastest (0 workers): worker start-up and transfer cost more than "
             f"they save (best with workers: {who(top)} at {sps(top):.0f} vs {sps(rec):.0f} samples/s, "
-            f"{signed_pct(sps(top) / sps(rec) - 1.0)}; noise band {pct(band)})"
+            f"{pct(sps(top) / sps(rec) - 1.0, signed=True)}; noise band {pct(band)})"
         )
     return f"the main process keeps up (0 workers): {tail}"
 
@@ -291,4 +291,4 @@ def _comparison(other: TrialResult, rec: TrialResult, band: float, name: str) ->
     verb = mem or "add "
     if a >= b * (1.0 - band):
         return f"{name} {verb}no speed ({a:.0f} vs {b:.0f} samples/s, within {pct(band)})"
-    return f"{name} are slower ({a:.0f} vs {b:.0f} samples/s, {signed_pct(a / b - 1.0)}; noise band {pct(band)})"
+    return f"{name} are slower ({a:.0f} vs {b:.0f} samples/s, {pct(a / b - 1.0, signed=True)}; noise band {pct(band)})"

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Sequence
 
 from loadertop.core.engine.band import choose_merged, finished, merge_repeats, noise_band, within_band
-from loadertop.core.engine.wording import pct, signed_pct, sps, workers
+from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.results import Knee, TrialResult
 
@@ -68,7 +68,7 @@ def knee(curve: list[TrialResult], tol: float) -> Knee:
             f"(noise band {pct(band)})",
         )
     drop = drop_after_peak(curve, tol)
-    drop_text = f"; slower again at {workers(drop[0].config.num_workers)} ({signed_pct(drop[1])})" if drop else ""
+    drop_text = f"; slower again at {workers(drop[0].config.num_workers)} ({pct(drop[1], signed=True)})" if drop else ""
     peak_text = f"the {top:.0f} samples/s peak at {workers(counts[peak_i])}"
     knee_x = _kneedle(counts[: peak_i + 1], ys[: peak_i + 1])
     if knee_x is not None and sps(curve[counts.index(knee_x)]) < KNEEDLE_MIN_SHARE * top:

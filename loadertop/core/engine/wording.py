@@ -26,7 +26,3 @@ def pct(fraction: float | None, *, signed: bool = False) -> str:
     value = round(value, digits)
     sign = ("+" if value >= 0 else "−") if signed else ("−" if value < 0 else "")
     return f"{sign}{abs(value):.{digits}f}%"
-
-
-def signed_pct(fraction: float) -> str:
-    return pct(fraction, signed=True)

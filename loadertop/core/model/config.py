@@ -257,12 +257,6 @@ def zero_worker_conflicts(
     return "; ".join(parts)
 
 
-def parse_workers(spec: str, usable_cpus: int, search: str = "grid") -> tuple[int, ...]:
-    """`0-16`, `0,2,4,8`, `1-8:2` or `auto` into a sorted tuple of worker counts (`auto`: see auto_counts)."""
-    spec = spec.strip()
-    return auto_counts(usable_cpus, search) if spec == "auto" else parse_worker_counts(spec)
-
-
 def auto_counts(usable_cpus: int, search: str) -> tuple[int, ...]:
     """What `--workers auto` means: a ladder for the grid, and every count up to the hard cap for the adaptive
     search (it measures a handful of them, and climbs only while throughput grows, CPU allows and memory lasts)."""
