@@ -6,24 +6,21 @@ forks), one frozen dataclass per kind, one JSON line each.
 
 Requests go driver → runner on the runner's stdin; everything else goes back on its events pipe. The runner's
 first message is `Ready`, which carries PROTOCOL_VERSION: a runner from another install is refused by `decode`
-before anything else is read. Field types are limited to those in `_CODECS`, so every message round-trips.
+before anything else is read. Field types are limited to those `model/wire.py` can encode, so every message round-trips.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.wire import Codec, ProtocolError
+
+__all__ = ["PROTOCOL_VERSION", "ProtocolError", "decode", "encode"]
 
 PROTOCOL_VERSION = 1
-
-
-class ProtocolError(ValueError):
-    """A line that is not a message of this protocol version."""
 
 
 # -- requests: driver → runner ------------------------------------------------------------------------------------
@@ -251,124 +248,20 @@ KINDS: tuple[type[Any], ...] = (
     CheckRequest, TrialRequest, CeilingRequest, Ready, Checked, Forked, Exited, Workers, Started, Measuring, Block,
     Finished, Epoch, TrialNotice, Failed, CeilingMeasured, TransportMeasured,
 )  # fmt: skip
-_BY_TYPE: dict[str, type[Any]] = {kind.TYPE: kind for kind in KINDS}
-
-
-# -- fields: each annotation a message may use, with its JSON form ---------------------------------------------------
-
-
-def _int(value: Any) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    raise ProtocolError(f"expected an integer, got {value!r}")
-
-
-def _float(value: Any) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    raise ProtocolError(f"expected a number, got {value!r}")
-
-
-def _str(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    raise ProtocolError(f"expected a string, got {value!r}")
-
-
-def _bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    raise ProtocolError(f"expected true or false, got {value!r}")
-
-
-def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    return lambda value: None if value is None else read(value)
-
-
-def _tuple_of(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def tuple_of(value: Any) -> tuple[Any, ...]:
-        if not isinstance(value, list):
-            raise ProtocolError(f"expected a list, got {value!r}")
-        return tuple(read(v) for v in value)
-
-    return tuple_of
-
-
-def _record(kind: type[TrialConfig] | type[Settings]) -> Callable[[Any], Any]:
-    def record(value: Any) -> Any:
-        if not isinstance(value, dict):
-            raise ProtocolError(f"expected an object, got {value!r}")
-        return kind.from_dict(value)
-
-    return record
-
-
-def _same(value: Any) -> Any:
-    return value
-
-
-# annotation → (to JSON, from JSON)
-_CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
-    "int": (_same, _int),
-    "float": (_same, _float),
-    "str": (_same, _str),
-    "bool": (_same, _bool),
-    "int | None": (_same, _optional(_int)),
-    "float | None": (_same, _optional(_float)),
-    "str | None": (_same, _optional(_str)),
-    "tuple[int, ...]": (list, _tuple_of(_int)),
-    "tuple[float, ...]": (list, _tuple_of(_float)),
-    "tuple[str, ...]": (list, _tuple_of(_str)),
-    "TrialConfig": (TrialConfig.to_dict, _record(TrialConfig)),
-    "Settings": (Settings.to_dict, _record(Settings)),
-}
-for _kind in KINDS:  # a field of another type would not round-trip: fail at import, not mid-sweep
-    for _field in dataclasses.fields(_kind):
-        if _field.type not in _CODECS:
-            raise TypeError(f"{_kind.__name__}.{_field.name}: the protocol has no codec for {_field.type}")
+_CODEC = Codec(
+    KINDS,
+    hello=Ready,
+    version=PROTOCOL_VERSION,
+    mismatch="the runner speaks protocol version {theirs}, this loadertop speaks {ours}: it comes from another "
+    "loadertop install (check PYTHONPATH and the virtual environment)",
+)
 
 
 def encode(message: Message) -> str:
     """One JSON line (newline included), tagged with the message's type."""
-    data: dict[str, Any] = {"type": message.TYPE}
-    for f in dataclasses.fields(message):
-        data[f.name] = _CODECS[str(f.type)][0](getattr(message, f.name))
-    return json.dumps(data) + "\n"
+    return _CODEC.encode(message)
 
 
 def decode(line: str | bytes) -> Message:
     """The message a line carries. Raises ProtocolError for anything else, naming what is wrong."""
-    try:
-        data = json.loads(line)
-    except ValueError as exc:
-        raise ProtocolError(f"not a JSON line ({exc}): {_clip(line)}") from None
-    if not isinstance(data, dict):
-        raise ProtocolError(f"not a JSON object: {_clip(line)}")
-    tag = data.pop("type", None)
-    kind = _BY_TYPE.get(tag) if isinstance(tag, str) else None
-    if kind is None:
-        raise ProtocolError(f"unknown message type {tag!r}: {_clip(line)}")
-    if kind is Ready and data.get("version") != PROTOCOL_VERSION:  # first, whatever else a newer Ready carries
-        raise ProtocolError(
-            f"the runner speaks protocol version {data.get('version')!r}, this loadertop speaks {PROTOCOL_VERSION}: "
-            "it comes from another loadertop install (check PYTHONPATH and the virtual environment)"
-        )
-    fields = {f.name: str(f.type) for f in dataclasses.fields(kind)}
-    if unknown := sorted(set(data) - set(fields)):
-        raise ProtocolError(f"{tag}: unknown fields {', '.join(unknown)}")
-    values = {}
-    for name, value in data.items():
-        try:
-            values[name] = _CODECS[fields[name]][1](value)
-        except (ProtocolError, TypeError, ValueError) as exc:
-            raise ProtocolError(f"{tag}.{name}: {exc}") from None
-    try:
-        return kind(**values)  # type: ignore[no-any-return]
-    except TypeError as exc:  # a required field is missing
-        raise ProtocolError(f"{tag}: {exc}") from None
-
-
-def _clip(line: str | bytes, limit: int = 200) -> str:
-    text = line.decode(errors="replace") if isinstance(line, bytes) else line
-    text = text.strip()
-    return text if len(text) <= limit else text[:limit] + "…"
+    return _CODEC.decode(line)  # type: ignore[no-any-return]
