@@ -8,6 +8,8 @@ __version__ = "0.1.0"
 
 if TYPE_CHECKING:
     from loadertop.core.engine import sweep as sweep
+    from loadertop.core.job.tune import tune as tune
+    from loadertop.core.job.watch import watch as watch
     from loadertop.core.model.config import UsageError as UsageError
     from loadertop.core.trial.threads import set_worker_threads as set_worker_threads
 
@@ -18,6 +20,14 @@ def __getattr__(name: str) -> Any:
         from loadertop.core.engine import sweep
 
         return sweep
+    if name == "watch":  # `for batch in loadertop.watch(loader):` in a training script
+        from loadertop.core.job.watch import watch
+
+        return watch
+    if name == "tune":  # `for batch in loadertop.tune(loader, budget_s=120):`
+        from loadertop.core.job.tune import tune
+
+        return tune
     if name == "UsageError":  # what loadertop.sweep(...) raises for bad input
         from loadertop.core.model.config import UsageError
 
