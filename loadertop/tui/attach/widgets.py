@@ -14,6 +14,7 @@ from loadertop.tui.trace import CLIMB_MB_PER_MIN
 from loadertop.tui.widgets.pane import Pane
 
 WATCH_HINT = "for batch in loadertop.watch(loader):"
+SPARK_MIN = 8  # cells of a worker's USS sparkline before the numbers beside it give way
 
 
 class AttachHeader(Pane[LiveState]):
@@ -89,8 +90,7 @@ class WorkersPane(Pane[LiveState]):
         room = height - len(lines)
         shown = workers if len(workers) <= room else [*flagged, *(w for w in workers if w not in flagged)][: room - 1]
         top = max((w.last.uss_mb or 0.0) for w in workers if w.last)
-        wide = width >= 60
-        lines += [self._line(w, width, top, w in flagged, wide) for w in workers if w in shown]
+        lines += [self._line(w, width, top, w in flagged) for w in workers if w in shown]
         hidden = [w for w in workers if w not in shown]
         if hidden:
             slopes = [w.last.uss_slope_mb_per_min for w in hidden if w.last and w.last.uss_slope_mb_per_min]
@@ -98,23 +98,36 @@ class WorkersPane(Pane[LiveState]):
             lines.append(Content.styled(f"+{len(hidden)} more · steepest {fmt.slope(steepest)}", "dim"))
         return Content("\n").join(lines)
 
-    def _line(self, worker: WorkerTrace, width: int, top: float, flag: bool, wide: bool) -> Content:
+    def _line(self, worker: WorkerTrace, width: int, top: float, flag: bool) -> Content:
         last = worker.last
         assert last is not None  # current workers were seen in the last snapshot
         label = f"{worker.label:>3} "
-        uss = f"{fmt.mb(last.uss_mb):>7}"
-        slope = f"{_slope(last.uss_slope_mb_per_min, last.uss_slope_err_mb_per_min if wide else None):>17}"
-        rest = f" PSS {fmt.mb(last.pss_mb, short=True):>5} CPU {_cpu(last.cpu_percent):>4}" if wide else ""
         mark = " ⚠" if flag else ""
-        room = width - len(label) - len(uss) - len(slope) - len(rest) - len(mark) - 1
-        spark = fmt.spark(worker.uss, room, min_range=max(4.0, 0.05 * top))
+        # The numbers matter more than the sparkline: USS and slope always, then CPU, PSS and the slope's error
+        # while the sparkline keeps SPARK_MIN cells.
+        fields = [f" {fmt.mb(last.uss_mb):>7}", f" {_slope(last.uss_slope_mb_per_min, None):>13}"]
+        extra = {
+            "cpu": f" CPU {_cpu(last.cpu_percent):>4}",
+            "pss": f" PSS {fmt.mb(last.pss_mb, short=True):>5}",
+        }
+        used = len(label) + len(mark) + sum(map(len, fields))
+        slope_err = _slope(last.uss_slope_mb_per_min, last.uss_slope_err_mb_per_min)
+        if width - used - (len(slope_err) - 13) >= SPARK_MIN + 30:
+            fields[1] = f" {slope_err:>17}"
+            used += 4
+        for key in ("cpu", "pss"):
+            if width - used - len(extra[key]) >= SPARK_MIN:
+                used += len(extra[key])
+            else:
+                extra[key] = ""
+        spark = fmt.spark(worker.uss, max(width - used, 0), min_range=max(4.0, 0.05 * top))
         return Content.assemble(
             (label, "bold"),
             (spark, "$warning" if flag else "$accent"),
-            " ",
-            uss,
-            (slope, "bold $warning" if flag else ""),
-            rest,
+            fields[0],
+            (fields[1], "bold $warning" if flag else ""),
+            extra["pss"],
+            extra["cpu"],
             (mark, "bold $warning"),
         )
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.tui import fmt
-from loadertop.tui.trace import WorkerMemory
 from loadertop.tui.state import SweepState
+from loadertop.tui.trace import WorkerMemory
 from loadertop.tui.widgets.pane import Pane
 
 
