@@ -18,6 +18,7 @@ class LiveThroughputChart(PlotextPlot):
     def __init__(self, state: LiveState, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.state = state
+        self.marks: list[float] = []  # the epoch boundaries drawn (those within the history)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -35,9 +36,7 @@ class LiveThroughputChart(PlotextPlot):
         st, stalls = state.points(state.stall_fraction, scale=100.0)
         snap = state.last
         if not rates and not stalls:
-            why = "the job does not run loadertop.watch()" if snap is not None and not snap.watched else "waiting"
-            self.border_title = f"samples/s over time: {why}"
-            self.refresh()
+            self._memory_only()
             return
         legend = self.size.height >= 14
         if rates:
@@ -47,9 +46,9 @@ class LiveThroughputChart(PlotextPlot):
             plt.ylim(0, 100, yside="right")
         plt.ylim(0, max(rates, default=1.0) * 1.1 or 1.0, yside="left")
         low, high = state.t[0], state.t[-1]
-        for end in state.epoch_ends:
-            if low <= end <= high:
-                plt.vline(end, color="orange")
+        self.marks = [end for end in state.epoch_ends if low <= end <= high]
+        for end in self.marks:
+            plt.vline(end, color="orange")
         if legend:
             plt.xlabel("seconds since attach")
             plt.ylabel("stall %", yside="right")
@@ -60,4 +59,22 @@ class LiveThroughputChart(PlotextPlot):
         if state.epoch_ends:
             title += " · | epoch end"
         self.border_title = title
+        self.refresh()
+
+    def _memory_only(self) -> None:
+        """No rates (the job does not run loadertop.watch(), or has taken no step yet): the job's PSS instead."""
+        state = self.state
+        self.marks = []
+        ts, pss = state.points(state.total_pss_mb)
+        if state.last is not None and not state.last.watched:
+            why = "no samples/s: the job does not run loadertop.watch()"
+        else:
+            why = "samples/s: waiting for the job's first steps"
+        if pss:
+            self.plt.plot(ts, pss, marker="braille", color="green")
+            self.plt.ylim(0, max(pss) * 1.1)
+            if self.size.height >= 14:
+                self.plt.xlabel("seconds since attach")
+            why += " · total PSS MB over time"
+        self.border_title = why
         self.refresh()

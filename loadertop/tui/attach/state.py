@@ -49,6 +49,7 @@ class LiveState:
         self.samples_per_s: deque[float | None] = deque(maxlen=HISTORY)
         self.stall_fraction: deque[float | None] = deque(maxlen=HISTORY)
         self.gpu_util: deque[float | None] = deque(maxlen=HISTORY)
+        self.total_pss_mb: deque[float | None] = deque(maxlen=HISTORY)  # the chart of a job without watch()
         self.epoch_ends: deque[float] = deque(maxlen=HISTORY)
         self.notes: deque[str] = deque(maxlen=NOTES)
         self.workers: dict[int, WorkerTrace] = {}
@@ -63,6 +64,7 @@ class LiveState:
         self.samples_per_s.append(snap.samples_per_s)
         self.stall_fraction.append(snap.stall_fraction)
         self.gpu_util.append(snap.gpu_util)
+        self.total_pss_mb.append(snap.total_pss_mb)
         self.epoch_ends.extend(snap.epoch_ends)
         self.notes.extend(snap.notes)
         for worker in snap.workers:

@@ -51,6 +51,9 @@ class AttachHeader(Pane[LiveState]):
         if snap is None:
             return Content.styled("waiting for the first interval…", "dim")
         parts: list[str | tuple[str, str]] = []
+        if not snap.watched:
+            memory = f"total PSS {fmt.mb(snap.total_pss_mb)} · main CPU {_cpu(snap.main_cpu_percent)}"
+            return Content.assemble(memory, ("  (rates and epochs need loadertop.watch() in the job)", "dim"))
         if snap.epoch is not None:
             parts += [("epoch ", "dim"), (f"{snap.epoch}", "bold"), "  "]
         parts += [(fmt.rate(snap.samples_per_s), "bold"), " samples/s · ", (fmt.rate(snap.batches_per_s), "bold")]
