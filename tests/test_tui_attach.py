@@ -23,7 +23,7 @@ from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot
 from loadertop.core.model.live_protocol import LIVE_PROTOCOL_VERSION, JobHello
 from loadertop.tui import fmt, run_attach
-from loadertop.tui.attach.app import AttachApp
+from loadertop.tui.attach.app import PANES_HELP, AttachApp
 from loadertop.tui.attach.chart import LiveThroughputChart
 from loadertop.tui.attach.demo import DEMO_PID, LEAK, FakeSession, demo_snapshot, demo_stream
 from loadertop.tui.attach.picker import PickerScreen
@@ -158,6 +158,7 @@ async def test_the_job_ending_is_shown_and_the_app_stays_up() -> None:
         assert app.is_running
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
+        assert app.screen.panes == list(PANES_HELP)  # attach's panes, not the sweep's
         await pilot.press("question_mark")
         await pilot.press("q")
     assert app.return_code == 0
@@ -200,7 +201,7 @@ async def test_the_picker_lists_the_jobs_and_enter_attaches_to_the_chosen_one() 
     now = time.time()
     jobs = [job(301, ("python", "train.py"), now - 30), job(302, ("python", "eval.py", "--fast"), now - 300)]
     chosen = FakeSession(demo_stream(3), pid=302, command="python eval.py --fast")
-    opener = Opener({301: FakeSession([]), 302: chosen})
+    opener = Opener({301: FakeSession([], pid=301, command="python train.py"), 302: chosen})
     app = AttachApp(opener=opener, jobs=lambda: jobs, interval=5.0)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: isinstance(app.screen, PickerScreen))
@@ -217,8 +218,12 @@ async def test_the_picker_lists_the_jobs_and_enter_attaches_to_the_chosen_one() 
         await pilot.press("p")
         await wait_until(pilot, lambda: isinstance(app.screen, PickerScreen))
         assert chosen.closed.is_set()
+        # another job: the view starts over for it
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: opener.asked == [302, 301] and "pid 301" in text(app, AttachHeader))
+        assert app.state.count == 0 and "waiting for the first interval" in text(app, AttachHeader)
         await pilot.press("q")
-    assert not app.is_running
+    assert not app.is_running and opener.sessions[301].closed.is_set()
 
 
 @sync

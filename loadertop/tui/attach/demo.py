@@ -91,13 +91,11 @@ class FakeSession:
         self.hold = hold
         self.closed = threading.Event()
         self.close_calls = 0
-        self.yielded = 0
 
     def snapshots(self) -> Iterator[LiveSnapshot]:
         for snapshot in self.items:
             if self.closed.is_set():
                 return
-            self.yielded += 1
             yield snapshot
         if self.hold:
             self.closed.wait(60)
