@@ -83,7 +83,11 @@ def run_attach(
     try:
         app.run()
     finally:
-        app.detach()  # the app has closed it already; never leave a session's threads behind
+        # The app closes its sessions when it ends; this covers an app that failed before it started one
+        # (close() is idempotent): no session's threads may outlive the view.
+        app.detach()
+        if session is not None:
+            session.close()
     code = app.return_code or 0
     if app.json_error is not None:
         print(f"loadertop: error: cannot write {json_path}: {app.json_error}", file=err)
