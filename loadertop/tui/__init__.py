@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,4 +44,52 @@ def run_tui(
         else:
             print(f"loadertop: error: cannot write {path}: {error}", file=err)
             code = 1
+    return code
+
+
+def run_attach(
+    target: int | str | None,
+    *,
+    interval: float,
+    json_path: Path | None,
+    err: TextIO | None = None,
+) -> int:
+    """`loadertop attach [PID|PATH]`: the live view of a running training job until the user quits.
+
+    With a target the session is opened before the app starts: an AttachError is one line on stderr and exit
+    code 2. Without one the app opens on the job picker. Exit code: 0, 1 when --json could not be written or the
+    stream failed."""
+    # Imported here: the engine's attach side is only needed when attaching (and the faces contract allows
+    # loadertop.core.engine alone).
+    from loadertop.core.engine import AttachError, find_jobs, open_session
+    from loadertop.tui.attach.app import AttachApp
+
+    err = err if err is not None else sys.stderr
+    session = None
+    if target is not None:
+        try:
+            session = open_session(target, interval=interval)
+        except AttachError as error:
+            print(f"loadertop: error: {error}", file=err)
+            return 2
+
+    app = AttachApp(
+        opener=functools.partial(open_session, interval=interval),
+        jobs=find_jobs,
+        interval=interval,
+        session=session,
+        json_path=json_path,
+    )
+    try:
+        app.run()
+    finally:
+        # The app closes its sessions when it ends; this covers an app that failed before it started one
+        # (close() is idempotent): no session's threads may outlive the view.
+        app.detach()
+        if session is not None:
+            session.close()
+    code = app.return_code or 0
+    if app.json_error is not None:
+        print(f"loadertop: error: cannot write {json_path}: {app.json_error}", file=err)
+        code = 1
     return code

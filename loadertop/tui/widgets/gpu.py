@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from textual.content import Content
 
 from loadertop.tui import fmt
+from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
 
 
@@ -19,7 +20,7 @@ def _stats(recent: Sequence[float], trial: Sequence[float], scale: float) -> str
     return f"{now} avg    — max    —"
 
 
-class GpuPane(Pane):
+class GpuPane(Pane[SweepState]):
     DEFAULT_CLASSES = "box"
 
     def has_gpus(self) -> bool:

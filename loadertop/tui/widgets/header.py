@@ -6,10 +6,11 @@ from textual.content import Content
 
 from loadertop.core.model.results import MachineInfo
 from loadertop.tui import fmt
+from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
 
 
-class HeaderPane(Pane):
+class HeaderPane(Pane[SweepState]):
     status_line: Content | None = None  # the last export/snippet paths, set by the app
 
     def view(self) -> Content:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from rich.table import Table
@@ -66,9 +67,10 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen .heading { margin-top: 1; }
     """
 
-    def __init__(self, bindings: list[Binding]) -> None:
+    def __init__(self, bindings: list[Binding], panes: Sequence[tuple[str, str]] = PANES_HELP) -> None:
         super().__init__()
         self.keys = bindings
+        self.panes = list(panes)  # the sweep's panes unless another view (attach) lists its own
 
     def compose(self) -> ComposeResult:
         keys = [(binding.key_display or binding.key, binding.tooltip or binding.description) for binding in self.keys]
@@ -76,7 +78,7 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Content.styled("Keys", "bold $accent"))
             yield Static(_table(keys), id="help-keys")
             yield Static(Content.styled("Panes", "bold $accent"), classes="heading")
-            yield Static(_table(list(PANES_HELP)), id="help-panes")
+            yield Static(_table(self.panes), id="help-panes")
             yield Static(
                 Content.styled(
                     "No key needs Esc, Alt or Ctrl. ? or q closes this screen. Over SSH or tmux: docs/tui.md.", "dim"

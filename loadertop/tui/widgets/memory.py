@@ -6,11 +6,12 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.tui import fmt
+from loadertop.tui.state import SweepState
 from loadertop.tui.trace import WorkerMemory
 from loadertop.tui.widgets.pane import Pane
 
 
-class MemoryPane(Pane):
+class MemoryPane(Pane[SweepState]):
     DEFAULT_CLASSES = "box"
 
     def title(self) -> str:

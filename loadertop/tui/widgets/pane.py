@@ -1,4 +1,5 @@
-"""Base of the panes: reads the shared SweepState; the app calls `update_view()` when it may be stale.
+"""Base of the panes: reads a shared state (the sweep's SweepState, attach's LiveState); the app calls
+`update_view()` when it may be stale.
 
 A pane builds its text in `view()`. `update_view()` builds it and asks Textual for a repaint only when the text,
 its styles or the title changed, and for a layout pass only when the number of lines changed: a probe tick that
@@ -7,15 +8,17 @@ changes nothing on screen costs no repaint.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 from textual.content import Content
 from textual.geometry import Size
 from textual.widget import Widget
 
-from loadertop.tui.state import SweepState
+StateT = TypeVar("StateT")
 
 
-class Pane(Widget):
-    def __init__(self, state: SweepState, *, id: str | None = None) -> None:
+class Pane(Widget, Generic[StateT]):
+    def __init__(self, state: StateT, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.state = state
         self._shown: tuple[Size, Content] | None = None  # what the last repaint showed, at which size

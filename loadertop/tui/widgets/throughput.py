@@ -18,7 +18,7 @@ from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
 
 
-class LivePane(Pane):
+class LivePane(Pane[SweepState]):
     DEFAULT_CLASSES = "box"
 
     def title(self) -> str:
