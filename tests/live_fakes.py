@@ -151,19 +151,30 @@ while True:
 
 
 @contextmanager
-def loader_job(mode: str = "numpy", n: int = 200_000) -> Iterator[subprocess.Popen[str]]:
-    """Run JOB_SCRIPT as a subprocess until its loop runs (or it is ready without a loader); kill it and its
-    workers after."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", JOB_SCRIPT, mode, str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+def loader_jobs(*modes: str, n: int = 200_000) -> Iterator[list[subprocess.Popen[str]]]:
+    """Run JOB_SCRIPT once per mode, side by side, until each loop runs (or it is ready without a loader); kill
+    them and their workers after."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", JOB_SCRIPT, mode, str(n)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for mode in modes
+    ]
     try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.strip() == "ready", f"job did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}"
-        yield proc
+        for proc in procs:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.strip() == "ready", f"job did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}"
+        yield procs
     finally:
-        kill_tree(proc)
+        for proc in procs:
+            kill_tree(proc)
+
+
+@contextmanager
+def loader_job(mode: str = "numpy", n: int = 200_000) -> Iterator[subprocess.Popen[str]]:
+    with loader_jobs(mode, n=n) as (proc,):
+        yield proc
 
 
 def kill_tree(proc: subprocess.Popen[str]) -> None:

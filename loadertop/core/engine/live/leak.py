@@ -104,9 +104,21 @@ class LeakDetector:
         return fit
 
     def growing(self) -> dict[int, Fit]:
-        """The workers whose growth is significant (see LeakConfig)."""
-        fits = {pid: self.fit(pid) for pid in self._windows}
-        return {pid: fit for pid, fit in fits.items() if fit is not None and fit.significant(self.config)}
+        """The workers whose growth is significant (see LeakConfig) and steady: it shows in the first third of the
+        window and in the last (a one-time step, such as a cache filled once, sits in one third only)."""
+        growing = {}
+        for pid, window in self._windows.items():
+            fit = self.fit(pid)
+            if fit is not None and fit.significant(self.config) and self._steady(list(window.points)):
+                growing[pid] = fit
+        return growing
+
+    def _steady(self, points: list[tuple[float, float]]) -> bool:
+        start, span = points[0][0], points[-1][0] - points[0][0]
+        first = [p for p in points if p[0] <= start + span / 3]
+        last = [p for p in points if p[0] >= start + 2 * span / 3]
+        fits = [fit_slope(first), fit_slope(last)]
+        return all(f is not None and f.slope_mb_per_min > self.config.floor_mb_per_min for f in fits)
 
     def warning(self, available_mb: float | None) -> str | None:
         """One sentence for the growing workers, or None when none grows significantly."""
