@@ -91,6 +91,8 @@ class FakeJob:
 
     def close(self) -> None:
         with suppress(OSError):
+            self._server.shutdown(socket.SHUT_RDWR)  # wakes accept(); close() alone does not
+        with suppress(OSError):
             self._server.close()
         with self._lock:
             for conn in self._viewers:

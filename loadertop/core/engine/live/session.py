@@ -22,6 +22,7 @@ from loadertop.core.machine.probes import Probes
 from loadertop.core.model.events import ProbeSample
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
 
+PUMP_S = 0.25  # how often the job's messages are folded between snapshots
 NOT_WATCHED = "throughput and stall: the job does not run loadertop.watch(loader)"
 
 
@@ -67,6 +68,8 @@ class LiveSession:
         self._start = 0.0  # attach-relative start of the interval being gathered
         self._workers: tuple[int, ...] = ()
         self._lost: str | None = None  # why the job's socket stopped while the job runs on
+        self._ended_why: str | None = None
+        self._interval = Interval()  # what the job said since the last snapshot
         tick = min(1.0, interval)
         self._probes = Probes(  # the job's own cgroup, not loadertop's, bounds what its workers can take
             self._on_sample,
@@ -104,7 +107,10 @@ class LiveSession:
     def snapshots(self) -> Iterator[LiveSnapshot]:
         """One LiveSnapshot per interval (blocking); the last one has `ended` set. Returns early after close()."""
         next_t = self.interval
-        while not self._closed.wait(max(0.0, next_t - self._now())):
+        while not self._closed.wait(max(0.0, min(PUMP_S, next_t - self._now()))):
+            if self._now() < next_t:
+                self._pump()  # new workers reach the probes within PUMP_S, not at the interval's end
+                continue
             next_t += self.interval
             if next_t < self._now():  # the caller was slow: skip ahead, never yield a burst
                 next_t = self._now() + self.interval
@@ -128,18 +134,26 @@ class LiveSession:
         self._update_workers()
         return None
 
-    def _build(self) -> LiveSnapshot:
-        ended = self._ended()
-        now = self._now()
-        interval = Interval()
+    def _pump(self) -> None:
+        """Fold what the job said so far into the interval, and follow its workers."""
         if self._client is not None and self._fold is not None:
-            interval = self._fold.fold((m for _, m in self._client.drain()), self._start)
-        start, self._start = self._start, now
-        if ended is None:
+            self._fold.fold((m for _, m in self._client.drain()), self._start, self._interval)
+        if self._ended_why is None:
             self._update_workers()
+
+    def _build(self) -> LiveSnapshot:
+        self._ended_why = self._ended()
+        ended = self._ended_why
+        self._pump()
+        now = self._now()
+        interval, self._interval = self._interval, Interval()
+        start, self._start = self._start, now
         with self._lock:
             samples = [s for _, s in self._samples]
             self._samples.clear()
+        seen = {w.pid for s in samples for w in s.workers}
+        if ended is None and not set(self._workers) <= seen:  # workers that started after the last probe tick
+            samples.append(self._probes.sample_once())
         return self._snapshot(now, now - start, interval, samples, ended)
 
     def _snapshot(

@@ -80,10 +80,9 @@ class MessageFold:
         self.epoch: int | None = None
         self.worker_pids: dict[int, tuple[int, ...]] = {}  # loader -> its live iterator's workers
 
-    def fold(self, messages: Iterable[LiveMessage], start: float) -> Interval:
-        """Fold the messages that arrived since the last call. Steps that ended before `start` (history the job
+    def fold(self, messages: Iterable[LiveMessage], start: float, interval: Interval) -> None:
+        """Fold messages into the interval being gathered. Steps that ended before `start` (history the job
         replays to a new viewer) move the epoch and the workers but not the rates."""
-        interval = Interval()
         for message in messages:
             if isinstance(message, JobWorkers):
                 self.worker_pids[message.loader] = message.pids
@@ -102,7 +101,6 @@ class MessageFold:
                 interval.notes.append(_epoch_note(message))
             elif isinstance(message, TuneStep | TuneChose):
                 interval.notes.append(_tune_note(message))
-        return interval
 
     def workers(self) -> tuple[int, ...]:
         return tuple(dict.fromkeys(pid for pids in self.worker_pids.values() for pid in pids))
