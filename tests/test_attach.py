@@ -18,9 +18,12 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from live_fakes import FakeJob, at, loader_job
+from test_gpu import CODES, FakeGpu, FakeNvml
 
 from loadertop.cli import main
 from loadertop.core.engine import AttachError, LiveSession, find_jobs, open_session
+from loadertop.core.engine.live.target import resolve
+from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobEpoch, JobSteps, JobWorkers, TuneChose, TuneStep
 
@@ -331,3 +334,27 @@ def test_pid_1_when_it_may_not_be_read(capsys: pytest.CaptureFixture[str]) -> No
         pytest.skip("pid 1 is readable here (loadertop runs as root outside any sandbox)")
     code, out, err = attach("1", "--headless", capsys=capsys)
     assert code == 2 and out == "" and err.count("\n") == 1 and "may not read" in err, err
+
+
+def test_the_jobs_gpus_are_those_running_its_pid(fake: FakeJob) -> None:
+    """NVML through a fake pynvml (no GPU here): the job's GPUs are those listing its pid among their compute
+    processes; the others are left out of the mean."""
+    state = FakeNvml(gpus=[FakeGpu("A", 1000, util=90), FakeGpu("B", 1000, util=30)])
+    nvml = state.module()
+    running = {0: [], 1: [fake.pid]}
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [SimpleNamespace(pid=p) for p in running[h]]  # type: ignore[attr-defined]
+    with LiveSession(resolve(fake.pid), interval=0.3, gpu=GpuProbe(nvml)) as session:
+        snaps = session.snapshots()
+        snap = next(snaps)
+        assert snap.gpu_util == 30.0 and snap.gpu_unavailable is None
+        running[1] = []
+        snap = next(snaps)
+    assert snap.gpu_util is None and snap.gpu_unavailable and "runs nothing on the GPUs" in snap.gpu_unavailable
+    assert "shutdown" in state.calls  # close() shut NVML down
+
+
+def test_without_nvml_the_gpu_is_unavailable_with_a_reason(fake: FakeJob) -> None:
+    state = FakeNvml(init_error=CODES["NVML_ERROR_DRIVER_NOT_LOADED"])
+    with LiveSession(resolve(fake.pid), interval=0.2, gpu=GpuProbe(state.module())) as session:
+        snap = next(session.snapshots())
+    assert snap.gpu_util is None and snap.gpu_unavailable == "unavailable: NVIDIA driver not loaded"

@@ -88,10 +88,6 @@ class JobClient:
             self._pending.clear()
         return items
 
-    @property
-    def running(self) -> bool:
-        return self._thread.is_alive()
-
     def close(self) -> None:
         """Idempotent: shut the socket (which ends the reader's blocking read) and join the thread."""
         if self._closed.is_set():

@@ -94,9 +94,9 @@ class LiveSession:
 
     def _update_workers(self) -> None:
         """Tell the probes which workers to read: the job's own list when it publishes one, else psutil's."""
-        if self._fold is not None and self._lost is None:
+        if self._fold is not None and self._lost is None and self._fold.worker_pids:
             workers = self._fold.workers()
-        else:
+        else:  # not watched, the socket lost, or no JobWorkers yet
             workers = tuple(dataloader_workers(self._process))
         if workers != self._workers or not self._probes.running:
             self._workers = workers
