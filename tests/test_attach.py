@@ -95,7 +95,7 @@ def test_watched_job_messages_become_a_snapshot(fake: FakeJob, sleepers: list[in
     finally:
         session.close()
     assert snap.batches_per_s is not None and snap.samples_per_s == pytest.approx(snap.batches_per_s * 32)
-    assert 20 / 0.6 < snap.batches_per_s < 20 / 0.2  # 20 batches over one ~0.4 s interval
+    assert 20 / 3.0 < snap.batches_per_s < 20 / 0.3  # 20 batches over one interval (0.4 s, longer when busy)
     assert snap.stall_fraction == pytest.approx(0.25)  # 0.2 s waited of 0.8 s
     assert snap.wait_ms_p95 == 20.0 and snap.step_ms == pytest.approx(30.0) and snap.epoch == 0
     assert len(snap.epoch_ends) == 1 and 0.0 < snap.epoch_ends[0] <= snap.t
