@@ -17,12 +17,12 @@ from types import SimpleNamespace
 
 import psutil
 import pytest
-from live_fakes import FakeJob, at, loader_job
+from live_fakes import FakeJob, at, kill_tree, loader_job
 from test_gpu import CODES, FakeGpu, FakeNvml
 
 from loadertop.cli import main
 from loadertop.core.engine import AttachError, LiveSession, find_jobs, open_session
-from loadertop.core.engine.live.target import resolve
+from loadertop.core.engine.live.target import dataloader_workers, resolve
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobEpoch, JobSteps, JobWorkers, TuneChose, TuneStep
@@ -358,3 +358,33 @@ def test_without_nvml_the_gpu_is_unavailable_with_a_reason(fake: FakeJob) -> Non
     with LiveSession(resolve(fake.pid), interval=0.2, gpu=GpuProbe(state.module())) as session:
         snap = next(session.snapshots())
     assert snap.gpu_util is None and snap.gpu_unavailable == "unavailable: NVIDIA driver not loaded"
+
+
+POOL_SCRIPT = r"""
+import multiprocessing as mp, sys, time
+def work():
+    time.sleep(60)
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    procs = [ctx.Process(target=work, daemon=True) for _ in range(2)]
+    for p in procs:
+        p.start()
+    print(" ".join(str(p.pid) for p in procs), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_workers_of_each_start_method_are_found(method: str, tmp_path: Path, no_leftovers: None) -> None:
+    """Worker processes as DataLoader starts them (multiprocessing, each start method): found by psutil, the
+    forkserver and the resource tracker left out."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), method], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        expected = sorted(int(pid) for pid in proc.stdout.readline().split())
+        assert len(expected) == 2
+        assert sorted(dataloader_workers(psutil.Process(proc.pid))) == expected
+    finally:
+        kill_tree(proc)
