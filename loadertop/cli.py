@@ -138,8 +138,13 @@ def runs_from_args(args: argparse.Namespace, settings: Settings) -> tuple[SweepR
     return previous, list(kept or [])
 
 
+class AttachParser(Parser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"loadertop attach: error: {message} (see loadertop attach --help)\n")
+
+
 def build_attach_parser() -> Parser:
-    p = Parser(
+    p = AttachParser(
         prog="loadertop attach",
         description="Watch a running training job's data loading live: throughput, stall, workers' memory.",
         epilog="exit codes: 0 the job ended, 2 bad target (one line), 130 interrupted",
