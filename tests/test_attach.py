@@ -388,3 +388,12 @@ def test_workers_of_each_start_method_are_found(method: str, tmp_path: Path, no_
         assert sorted(dataloader_workers(psutil.Process(proc.pid))) == expected
     finally:
         kill_tree(proc)
+
+
+def test_attach_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["attach", "--bogus"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == (
+        "loadertop attach: error: unrecognized arguments: --bogus (see loadertop attach --help)\n"
+    )
