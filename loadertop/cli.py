@@ -138,7 +138,62 @@ def runs_from_args(args: argparse.Namespace, settings: Settings) -> tuple[SweepR
     return previous, list(kept or [])
 
 
+class AttachParser(Parser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"loadertop attach: error: {message} (see loadertop attach --help)\n")
+
+
+def build_attach_parser() -> Parser:
+    p = AttachParser(
+        prog="loadertop attach",
+        description="Watch a running training job's data loading live: throughput, stall, workers' memory.",
+        epilog="exit codes: 0 the job ended, 2 bad target (one line), 130 interrupted",
+    )
+    p.add_argument("target", nargs="?", help="the job's PID, its job folder or socket (none: list the jobs)")
+    p.add_argument("--headless", action="store_true", help="no TUI (automatic when stdout is not a terminal)")
+    p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between updates (2)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="append one JSON object per interval to PATH")
+    p.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")
+    return p
+
+
+def attach_main(argv: list[str]) -> int:
+    """`loadertop attach [TARGET]`: the TUI on a terminal, else (or with --headless) lines on stdout."""
+    args = build_attach_parser().parse_args(argv)
+    target: int | str | None = args.target
+    if isinstance(target, str) and target.strip().isdigit():
+        target = int(target)
+    try:
+        if not args.interval > 0:
+            raise UsageError(f"--interval {args.interval:g}: must be more than 0 seconds")
+        check_writable(args.json, "--json")  # appended to: an existing file is fine
+        if args.headless or not (sys.stdout.isatty() and sys.stdin.isatty()):
+            from loadertop.headless_attach import run_attach_headless
+
+            return run_attach_headless(target, interval=args.interval, json_path=args.json)
+        try:
+            from loadertop.tui import run_attach  # type: ignore[attr-defined]
+        except ImportError:  # a build without the attach screen: the lines still work
+            from loadertop.headless_attach import run_attach_headless as run_attach
+        return int(run_attach(target, interval=args.interval, json_path=args.json))
+    except UsageError as exc:  # AttachError included
+        if args.debug:
+            raise
+        print(f"loadertop attach: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"loadertop attach: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
+        return EXIT_BUG
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "attach":
+        return attach_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         settings = settings_from_args(args)

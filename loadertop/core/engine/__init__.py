@@ -4,6 +4,7 @@ the faces (CLI, headless, TUI) use these names only (an import-linter contract i
 from loadertop.core.engine.api import sweep
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.export import write_csv, write_json, write_markdown
+from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, open_session
 from loadertop.core.engine.report import (
     FOOTNOTE,
     HEADERS,
@@ -21,13 +22,18 @@ from loadertop.core.engine.wording import pct
 __all__ = [
     "FOOTNOTE",
     "HEADERS",
+    "AttachError",
+    "LeakConfig",
+    "LiveSession",
     "Report",
     "ReportRow",
     "Sweep",
     "build_report",
     "build_settings",
     "config_cells",
+    "find_jobs",
     "num",
+    "open_session",
     "ordered",
     "pct",
     "read_run",

@@ -1,0 +1,130 @@
+"""Folding one interval of a live job into figures: the job's messages (steps, epochs, tune lines) and the probe
+samples (per-worker memory and CPU, the GPUs)."""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from loadertop.core.machine.gpu import GpuProbe
+from loadertop.core.model.events import ProbeSample
+from loadertop.core.model.live_protocol import (
+    JobEpoch,
+    JobSteps,
+    JobWorkers,
+    LiveMessage,
+    TuneChose,
+    TuneStep,
+)
+
+SLACK_S = 0.05  # a step span ending this close before the interval began still counts (clock rounding)
+
+
+@dataclass
+class Interval:
+    """What the job said between two snapshots."""
+
+    batches: int = 0
+    samples: int = 0
+    wait_s: float = 0.0
+    step_s: float = 0.0
+    wait_p95_ms: list[float] = field(default_factory=list)
+    dropped: int = 0
+    epoch_ends: list[float] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def rates(self, seconds: float) -> tuple[float | None, float | None, float | None, float | None, float | None]:
+        """samples/s, batches/s, stall fraction, wait p95 (ms), mean step (ms); None without a step."""
+        if self.batches == 0 or seconds <= 0:
+            return None, None, None, None, None
+        busy = self.wait_s + self.step_s
+        return (
+            self.samples / seconds,
+            self.batches / seconds,
+            self.wait_s / busy if busy > 0 else None,
+            max(self.wait_p95_ms) if self.wait_p95_ms else None,  # the worst span's p95 in the interval
+            self.step_s / self.batches * 1000.0,
+        )
+
+
+def _epoch_note(message: JobEpoch) -> str:
+    first = "" if message.first_batch_s is None else f", first batch after {message.first_batch_s:.2f} s"
+    early = "" if message.complete else " (the loop left it early)"
+    return (
+        f"loader {message.loader}: epoch {message.epoch} ended{early}: {message.batches} batches in "
+        f"{message.seconds:.1f} s{first}"
+    )
+
+
+def _tune_note(message: TuneStep | TuneChose) -> str:
+    if isinstance(message, TuneChose):
+        rate = "" if message.samples_per_s is None else f" ({message.samples_per_s:,.0f} samples/s)"
+        return (
+            f"tune chose {message.config.label()}{rate} after {message.trials} trials in {message.tuning_s:.0f} s: "
+            f"{message.reason} · {message.snippet}"
+        )
+    if message.message:
+        return f"tune: {message.message}"
+    rate = "?" if message.samples_per_s is None else f"{message.samples_per_s:,.0f}"
+    return f"tune: {message.config.label()} {rate} samples/s (switch {message.switch_s:.2f} s)"
+
+
+class MessageFold:
+    """The job's messages, folded interval by interval. Times are attach-relative: the job's `t` counts from its
+    first watch() (wall clock `started` in its hello), so t_attach = started + t - attach wall time."""
+
+    def __init__(self, started_wall: float, attach_wall: float) -> None:
+        self._shift = started_wall - attach_wall
+        self.epoch: int | None = None
+        self.worker_pids: dict[int, tuple[int, ...]] = {}  # loader -> its live iterator's workers
+
+    def fold(self, messages: Iterable[LiveMessage], start: float, interval: Interval) -> None:
+        """Fold messages into the interval being gathered. Steps that ended before `start` (history the job
+        replays to a new viewer) move the epoch and the workers but not the rates."""
+        for message in messages:
+            if isinstance(message, JobWorkers):
+                self.worker_pids[message.loader] = message.pids
+            elif isinstance(message, JobSteps):
+                self.epoch = message.epoch
+                if message.t + self._shift >= start - SLACK_S:
+                    interval.batches += message.batches
+                    interval.samples += message.samples
+                    interval.wait_s += message.wait_s
+                    interval.step_s += message.step_s
+                    interval.dropped += message.dropped
+                    if message.wait_ms_p95 is not None:
+                        interval.wait_p95_ms.append(message.wait_ms_p95)
+            elif isinstance(message, JobEpoch):
+                interval.epoch_ends.append(round(message.t + self._shift, 3))
+                interval.notes.append(_epoch_note(message))
+            elif isinstance(message, TuneStep | TuneChose):
+                interval.notes.append(_tune_note(message))
+
+    def workers(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(pid for pids in self.worker_pids.values() for pid in pids))
+
+
+def job_gpus(probe: GpuProbe, pids: set[int]) -> tuple[set[int], str | None]:
+    """The indices of the GPUs whose running compute processes include one of `pids`, and why none is shown.
+
+    Reads GpuProbe's NVML handles under its lock (GpuProbe has no public per-process query yet)."""
+    if not probe.available:
+        return set(), probe.unavailable or "unavailable"
+    found: set[int] = set()
+    with probe._lock:
+        nvml = probe._nvml
+        for info, handle in zip(probe.devices(), probe._handles, strict=False):
+            with contextlib.suppress(Exception):  # a GPU that cannot list its processes is not the job's
+                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                    if int(process.pid) in pids:
+                        found.add(info.index)
+    if found:
+        return found, None
+    return found, "the job runs nothing on the GPUs NVML lists (in a container NVML may list host pids)"
+
+
+def gpu_util(samples: Sequence[ProbeSample], indices: set[int]) -> float | None:
+    values = [g.util_percent for s in samples for g in s.gpus if g.index in indices]
+    return statistics.fmean(values) if values else None

@@ -1,0 +1,399 @@
+"""`loadertop attach`: a fake job publisher on a real socket (message handling, ending, protocol mismatch, several
+viewers), real jobs through psutil (workers found, the job ending mid-view, bad targets) and the headless face."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from live_fakes import FakeJob, at, kill_tree, loader_job
+from test_gpu import CODES, FakeGpu, FakeNvml
+
+from loadertop.cli import main
+from loadertop.core.engine import AttachError, LiveSession, find_jobs, open_session
+from loadertop.core.engine.live.target import dataloader_workers, resolve
+from loadertop.core.machine.gpu import GpuProbe
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.live_protocol import JobEpoch, JobSteps, JobWorkers, TuneChose, TuneStep
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIG = TrialConfig(num_workers=2, batch_size=32)
+
+
+@pytest.fixture
+def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short jobs folder (Unix socket paths are limited to 107 bytes)."""
+    root = Path(tempfile.mkdtemp(prefix="lt", dir="/tmp"))
+    monkeypatch.setenv("LOADERTOP_JOBS_DIR", str(root))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def sleepers() -> Iterator[list[int]]:
+    """Two real processes standing in for a watched job's workers."""
+    procs = [subprocess.Popen(["sleep", "60"]) for _ in range(2)]
+    yield [p.pid for p in procs]
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture
+def fake(jobs_root: Path) -> Iterator[FakeJob]:
+    job = FakeJob(jobs_root)
+    yield job
+    job.close()
+
+
+def steps(job: FakeJob, batches: int = 10, wait_s: float = 0.1, step_s: float = 0.3, epoch: int = 0) -> JobSteps:
+    return JobSteps(
+        t=job.now(), span_s=0.2, loader=0, epoch=epoch, batches=batches, samples=batches * 32, wait_s=wait_s,
+        step_s=step_s, wait_ms_p50=5.0, wait_ms_p95=20.0, wait_ms_max=30.0,
+    )  # fmt: skip
+
+
+def no_attach_threads() -> bool:
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline:
+        names = [t.name for t in threading.enumerate()]
+        if not any(n in ("loadertop-probes", "loadertop-attach-socket") for n in names):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_watched_job_messages_become_a_snapshot(fake: FakeJob, sleepers: list[int]) -> None:
+    session = open_session(fake.pid, interval=0.4)
+    try:
+        assert session.watched and session.pid == os.getpid() and session.command == "python train.py"
+        fake.wait_viewers(1)
+        fake.send(at(JobWorkers(t=0, loader=0, pids=tuple(sleepers), config=CONFIG), fake))
+        snaps = session.snapshots()
+        first = next(snaps)
+        assert first.samples_per_s is None and first.missing == ()  # no step yet: no rate, nothing missing
+        fake.send(steps(fake, batches=10, wait_s=0.1, step_s=0.3))
+        fake.send(steps(fake, batches=10, wait_s=0.1, step_s=0.3))
+        fake.send(at(JobEpoch(t=0, loader=0, epoch=0, batches=20, seconds=4.0, first_batch_s=0.5, complete=True), fake))
+        fake.send(at(TuneStep(t=0, loader=0, config=CONFIG, batches=20, samples_per_s=900.0, stall_fraction=0.2,
+                              wait_ms_p95=4.0, switch_s=0.4, message="w=2 bs=32: 900 samples/s"), fake))  # fmt: skip
+        fake.send(at(TuneChose(t=0, loader=0, config=CONFIG, samples_per_s=900.0, reason="fastest",
+                               snippet="DataLoader(ds, num_workers=2)", tuning_s=30.0, trials=4), fake))  # fmt: skip
+        time.sleep(0.1)
+        snap = next(snaps)
+    finally:
+        session.close()
+    assert snap.batches_per_s is not None and snap.samples_per_s == pytest.approx(snap.batches_per_s * 32)
+    assert 20 / 3.0 < snap.batches_per_s < 20 / 0.3  # 20 batches over one interval (0.4 s, longer when busy)
+    assert snap.stall_fraction == pytest.approx(0.25)  # 0.2 s waited of 0.8 s
+    assert snap.wait_ms_p95 == 20.0 and snap.step_ms == pytest.approx(30.0) and snap.epoch == 0
+    assert len(snap.epoch_ends) == 1 and 0.0 < snap.epoch_ends[0] <= snap.t
+    assert [w.pid for w in snap.workers] == sleepers and all(w.uss_mb and w.uss_mb > 0 for w in snap.workers)
+    assert snap.notes[0].startswith("loader 0: epoch 0 ended: 20 batches in 4.0 s")
+    assert snap.notes[1] == "tune: w=2 bs=32: 900 samples/s"
+    assert snap.notes[2].startswith("tune chose w=2 bs=32") and "DataLoader(ds, num_workers=2)" in snap.notes[2]
+    assert no_attach_threads()
+
+
+def test_history_counts_for_workers_not_for_rates(fake: FakeJob, sleepers: list[int]) -> None:
+    """What the job replays to a late viewer names the workers but is not this interval's throughput."""
+    fake.history = [JobWorkers(t=0.0, loader=0, pids=tuple(sleepers), config=None), steps(fake, batches=99)]
+    time.sleep(0.2)
+    with open_session(fake.pid, interval=0.3) as session:
+        snap = next(session.snapshots())
+    assert snap.samples_per_s is None and snap.epoch == 0
+    assert [w.pid for w in snap.workers] == sleepers
+
+
+def test_goodbye_ends_the_view_with_a_last_snapshot(fake: FakeJob) -> None:
+    session = open_session(fake.pid, interval=0.2)
+    fake.wait_viewers(1)
+    fake.send(steps(fake))
+    fake.bye("interpreter exit")
+    snaps = list(session.snapshots())  # ends on its own: no exception
+    assert snaps[-1].ended == "the job said goodbye (interpreter exit)"
+    assert all(s.ended is None for s in snaps[:-1])
+    assert no_attach_threads()
+    session.close()  # idempotent
+
+
+def test_protocol_mismatch_is_one_line(jobs_root: Path) -> None:
+    job = FakeJob(jobs_root, version=99)
+    try:
+        with pytest.raises(AttachError) as error:
+            open_session(job.pid, interval=0.5)
+    finally:
+        job.close()
+    text = str(error.value)
+    assert "\n" not in text and "version 99" in text and "loadertop installed in the job's environment" in text
+    assert no_attach_threads()
+
+
+def test_a_bad_line_mid_stream_stops_the_stream_not_the_view(fake: FakeJob) -> None:
+    with open_session(fake.pid, interval=0.2) as session:
+        fake.wait_viewers(1)
+        fake.send_raw('{"type": "steps", "nonsense": 1}\n')
+        snaps = session.snapshots()
+        seen = [next(snaps) for _ in range(3)]
+    assert all(s.ended is None for s in seen)  # the job still runs (it is this test process)
+    assert seen[-1].missing and "cannot read" in seen[-1].missing[0] and not seen[-1].watched
+
+
+def test_several_viewers_at_once(fake: FakeJob) -> None:
+    first, second = open_session(fake.pid, interval=0.3), open_session(fake.pid, interval=0.3)
+    try:
+        fake.wait_viewers(2)
+        fake.send(steps(fake, batches=7))
+        time.sleep(0.05)
+        a, b = next(first.snapshots()), next(second.snapshots())
+    finally:
+        first.close()
+        second.close()
+    assert a.batches_per_s and b.batches_per_s and a.stall_fraction == b.stall_fraction == pytest.approx(0.25)
+
+
+def test_close_from_another_thread_ends_the_iterator(fake: FakeJob) -> None:
+    session = open_session(fake.pid, interval=30.0)
+    threading.Timer(0.3, session.close).start()
+    began = time.monotonic()
+    assert list(session.snapshots()) == []
+    assert time.monotonic() - began < 5
+    assert no_attach_threads()
+
+
+def test_targets_by_folder_and_socket_and_the_job_list(fake: FakeJob) -> None:
+    for target in (str(fake.folder), str(fake.folder / "sock")):
+        with open_session(target, interval=1.0) as session:
+            assert session.pid == fake.pid and session.watched
+    assert [job.pid for job in find_jobs()] == [fake.pid]
+    with open_session(None, interval=1.0) as session:  # the only watchable job
+        assert session.pid == fake.pid
+
+
+def test_real_job_without_watch_then_it_ends(no_leftovers: None) -> None:
+    """A real DataLoader with 2 workers and no loadertop.watch: attach finds the workers; killing the job
+    mid-view ends the view with a last snapshot, not an exception."""
+    with loader_job("numpy") as proc:
+        session: LiveSession = open_session(proc.pid, interval=0.5)
+        workers = {c.pid for c in psutil.Process(proc.pid).children()}
+        snaps = session.snapshots()
+        snap = next(snaps)
+        assert not session.watched and len(snap.workers) == 2 and {w.pid for w in snap.workers} <= workers
+        assert snap.missing == ("throughput and stall: the job does not run loadertop.watch(loader)",)
+        assert snap.samples_per_s is None and snap.main_rss_mb and snap.mem_available_mb > 0
+        proc.kill()
+        proc.wait()
+        rest = list(snaps)
+    assert rest[-1].ended == "the job exited"
+    assert no_attach_threads()
+
+
+# -- the command line ------------------------------------------------------------------------------------
+
+
+def attach(*args: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(["attach", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_bad_targets_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], jobs_root: Path) -> None:
+    sleeper = subprocess.Popen(["sleep", "30"])
+    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        time.sleep(0.3)
+        cases = {
+            str(sleeper.pid): f"pid {sleeper.pid} (sleep 30) is not a Python process",
+            str(idle.pid): "is a Python process with no DataLoader workers and no loadertop.watch: wrap the loader",
+            "999999999": "no such process: pid 999999999",
+            "/nonexistent/job": "no such process or job folder",
+        }
+        for target, expected in cases.items():
+            code, out, err = attach(target, "--headless", capsys=capsys)
+            assert code == 2 and out == "" and err.count("\n") == 1 and expected in err, err
+        code, _, err = attach("1", "--headless", "--interval", "0", capsys=capsys)
+        assert code == 2 and "--interval 0: must be more than 0" in err
+    finally:
+        for proc in (sleeper, idle):
+            proc.kill()
+            proc.wait()
+
+
+def as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LOADERTOP_JOBS_DIR": "/tmp", "HOME": "/tmp"}
+    return subprocess.run(
+        [sys.executable, *args], user="nobody", env=env, cwd="/tmp", capture_output=True, text=True, timeout=60
+    )
+
+
+def nobody_can_run_loadertop() -> str | None:
+    """None when this test process can run loadertop as `nobody`, else why not."""
+    if os.geteuid() != 0:
+        return "needs root to run loadertop as another user (nobody)"
+    try:
+        done = as_nobody("-c", "import loadertop.cli")
+    except (OSError, KeyError, subprocess.SubprocessError) as exc:
+        return f"cannot run Python as nobody here: {exc}"
+    return None if done.returncode == 0 else f"nobody cannot import loadertop: {done.stderr.strip()[-200:]}"
+
+
+def test_another_users_process_may_not_be_read() -> None:
+    """loadertop run as `nobody` attaching to a process of root."""
+    if why := nobody_can_run_loadertop():
+        pytest.skip(why)
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        done = as_nobody("-m", "loadertop", "attach", str(target.pid), "--headless")
+    finally:
+        target.kill()
+        target.wait()
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "belongs to root: loadertop may not read another user's process" in (
+        done.stderr
+    )
+
+
+def test_headless_lines_and_json(fake: FakeJob, sleepers: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    path = Path(tempfile.mkdtemp(prefix="lt")) / "live.jsonl"
+    path.write_text("")  # appended to
+
+    def job() -> None:
+        fake.wait_viewers(1)
+        fake.send(at(JobWorkers(t=0, loader=0, pids=tuple(sleepers), config=CONFIG), fake))
+        for _ in range(6):
+            fake.send(steps(fake))
+            time.sleep(0.1)
+        fake.bye()
+
+    thread = threading.Thread(target=job)
+    thread.start()
+    code, out, err = attach(str(fake.pid), "--headless", "--interval", "0.2", "--json", str(path), capsys=capsys)
+    thread.join()
+    assert code == 0, err
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len(lines) >= 2 and lines[-1]["ended"]
+    keys = {"t", "samples_per_s", "batches_per_s", "stall_fraction", "worker_uss_mb", "worker_uss_slope_mb_per_min",
+            "warnings"}  # fmt: skip
+    assert all(keys <= set(line) for line in lines)
+    assert any(line["samples_per_s"] for line in lines) and len(lines[-2]["worker_uss_mb"]) == 2
+    assert out.startswith(f"attached to pid {fake.pid}: python train.py (watched")
+    assert "samples/s  stall 25%" in out and "workers USS MB:" in out and "ended: the job said goodbye" in out
+    shutil.rmtree(path.parent)
+
+
+def test_headless_without_target_lists_the_jobs(fake: FakeJob, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = attach("--headless", capsys=capsys)
+    assert code == 0
+    assert out.splitlines()[0].split() == ["PID", "STARTED", "COMMAND"]
+    assert out.splitlines()[1].split()[0] == str(fake.pid) and out.rstrip().endswith("python train.py")
+    fake.close()
+    shutil.rmtree(fake.folder)
+    code, out, _ = attach("--headless", capsys=capsys)
+    assert code == 0 and out.startswith("no watchable jobs")
+
+
+def test_access_denied_is_said_as_another_users_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The error path alone (psutil refusing to read another user's process), where no other user can be made."""
+    target = subprocess.Popen(["sleep", "30"])
+
+    def denied(self: psutil.Process) -> None:
+        raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil.Process, "memory_full_info", denied)
+    monkeypatch.setattr(psutil.Process, "uids", lambda self: SimpleNamespace(real=1234, effective=1234, saved=1234))
+    monkeypatch.setattr(psutil.Process, "username", lambda self: "alice")
+    try:
+        code, _, err = attach(str(target.pid), "--headless", capsys=capsys)
+    finally:
+        target.kill()
+        target.wait()
+    assert code == 2 and err.count("\n") == 1
+    assert "(sleep 30) belongs to alice: loadertop may not read another user's process" in err
+
+
+def test_pid_1_when_it_may_not_be_read(capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        psutil.Process(1).exe()
+        psutil.Process(1).memory_full_info()
+    except psutil.AccessDenied:
+        pass
+    else:
+        pytest.skip("pid 1 is readable here (loadertop runs as root outside any sandbox)")
+    code, out, err = attach("1", "--headless", capsys=capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "may not read" in err, err
+
+
+def test_the_jobs_gpus_are_those_running_its_pid(fake: FakeJob) -> None:
+    """NVML through a fake pynvml (no GPU here): the job's GPUs are those listing its pid among their compute
+    processes; the others are left out of the mean."""
+    state = FakeNvml(gpus=[FakeGpu("A", 1000, util=90), FakeGpu("B", 1000, util=30)])
+    nvml = state.module()
+    running = {0: [], 1: [fake.pid]}
+    nvml.nvmlDeviceGetComputeRunningProcesses = lambda h: [SimpleNamespace(pid=p) for p in running[h]]  # type: ignore[attr-defined]
+    with LiveSession(resolve(fake.pid), interval=0.3, gpu=GpuProbe(nvml)) as session:
+        snaps = session.snapshots()
+        snap = next(snaps)
+        assert snap.gpu_util == 30.0 and snap.gpu_unavailable is None
+        running[1] = []
+        snap = next(snaps)
+    assert snap.gpu_util is None and snap.gpu_unavailable and "runs nothing on the GPUs" in snap.gpu_unavailable
+    assert "shutdown" in state.calls  # close() shut NVML down
+
+
+def test_without_nvml_the_gpu_is_unavailable_with_a_reason(fake: FakeJob) -> None:
+    state = FakeNvml(init_error=CODES["NVML_ERROR_DRIVER_NOT_LOADED"])
+    with LiveSession(resolve(fake.pid), interval=0.2, gpu=GpuProbe(state.module())) as session:
+        snap = next(session.snapshots())
+    assert snap.gpu_util is None and snap.gpu_unavailable == "unavailable: NVIDIA driver not loaded"
+
+
+POOL_SCRIPT = r"""
+import multiprocessing as mp, sys, time
+def work():
+    time.sleep(60)
+if __name__ == "__main__":
+    ctx = mp.get_context(sys.argv[1])
+    procs = [ctx.Process(target=work, daemon=True) for _ in range(2)]
+    for p in procs:
+        p.start()
+    print(" ".join(str(p.pid) for p in procs), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn", "forkserver"])
+def test_workers_of_each_start_method_are_found(method: str, tmp_path: Path, no_leftovers: None) -> None:
+    """Worker processes as DataLoader starts them (multiprocessing, each start method): found by psutil, the
+    forkserver and the resource tracker left out."""
+    script = tmp_path / "pool.py"
+    script.write_text(POOL_SCRIPT)
+    proc = subprocess.Popen([sys.executable, str(script), method], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        expected = sorted(int(pid) for pid in proc.stdout.readline().split())
+        assert len(expected) == 2
+        assert sorted(dataloader_workers(psutil.Process(proc.pid))) == expected
+    finally:
+        kill_tree(proc)
+
+
+def test_attach_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(["attach", "--bogus"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == (
+        "loadertop attach: error: unrecognized arguments: --bogus (see loadertop attach --help)\n"
+    )
