@@ -140,6 +140,22 @@ class GpuProbe:
                 return ()
             return tuple(samples)
 
+    def gpus_running(self, pids: set[int]) -> set[int]:
+        """The indices of the GPUs whose running compute processes include one of `pids` (a GPU that cannot list
+        its processes counts as not running them); empty when NVML is unavailable."""
+        found: set[int] = set()
+        with self._lock:
+            if self.unavailable is not None or not self._initialized:
+                return found
+            for info, handle in zip(self._devices, self._handles, strict=True):
+                try:
+                    processes = self._nvml.nvmlDeviceGetComputeRunningProcesses(handle)
+                except Exception:
+                    continue
+                if any(int(p.pid) in pids for p in processes):
+                    found.add(info.index)
+        return found
+
     def close(self) -> None:
         """Shut NVML down (once). Safe to call many times, and when NVML never started."""
         with self._lock:

@@ -250,7 +250,13 @@ class Probes:
                     continue
                 readings.append(reading)
                 workers.append(
-                    WorkerSample(pid=pid, rss_mb=reading.rss_mb, cpu_percent=reading.cpu_percent, uss_mb=reading.uss_mb)
+                    WorkerSample(
+                        pid=pid,
+                        rss_mb=reading.rss_mb,
+                        cpu_percent=reading.cpu_percent,
+                        uss_mb=reading.uss_mb,
+                        pss_mb=reading.pss_mb,
+                    )
                 )
             pss = [r.pss_mb for r in readings if r.pss_mb is not None]
 

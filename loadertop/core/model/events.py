@@ -60,6 +60,7 @@ class WorkerSample:
     rss_mb: float
     cpu_percent: float
     uss_mb: float | None  # refreshed at most every 2 s (memory_full_info is costly); last known value
+    pss_mb: float | None = None  # read with USS, same pacing
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ class LiveWorker:
     cpu_percent: float | None  # percent of one CPU over the interval
     uss_slope_mb_per_min: float | None  # least squares over the leak window; None until enough readings
     uss_slope_err_mb_per_min: float | None  # its standard error
+    leaking: bool = False  # its growth is significant and steady: it is counted in the snapshot's `leak` warning
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class LiveSnapshot:
     missing: tuple[str, ...]  # what cannot be shown, and why
     notes: tuple[str, ...]  # new since the last snapshot: tune steps, the tune choice, epoch summaries
     ended: str | None = None  # set on the last snapshot: why the view ended ("the job exited")
+    leak: str | None = None  # the leak warning (also the first of `warnings`), None while no worker grows
 
     @property
     def worker_uss_mb(self) -> list[float | None]:

@@ -14,9 +14,10 @@ from loadertop.core.model.live import LiveSnapshot, LiveWorker
 
 DEMO_PID = 48213
 DEMO_COMMAND = "python train.py --epochs 20 --batch-size 64 --data /data/imagenet-mini"
-LEAK = (
-    "w2 grows 38 MB/min (± 2); at this rate the workers exhaust the 22 GiB available in 1 h 10 min. Likely "
-    "copy-on-read of Python objects: store samples in numpy arrays or tensors, not lists of dicts (docs/leaks.md)."
+LEAK = (  # as the engine words it (engine/live/leak.py)
+    "1 worker grows 38 MB/min; at this rate it exhausts the 22.0 GiB available in 9 h 53 min. Likely cause: "
+    "copy-on-read of Python objects (lists/dicts of samples) in the workers; fix: keep samples in numpy arrays or "
+    "tensors (see docs/attach.md)"
 )
 
 
@@ -35,6 +36,7 @@ def demo_snapshot(i: int, *, interval: float = 2.0, epoch_s: float = 20.0, ended
             cpu_percent=82.0 + 4 * w - 30 * after_boundary,
             uss_slope_mb_per_min=(38.0 if w == 2 else 0.1 * (w - 1.5)) if i >= 5 else None,
             uss_slope_err_mb_per_min=(2.0 if w == 2 else 0.3) if i >= 5 else None,
+            leaking=w == 2 and i >= 10,
         )
         for w in range(4)
     )
@@ -61,6 +63,7 @@ def demo_snapshot(i: int, *, interval: float = 2.0, epoch_s: float = 20.0, ended
         missing=(),
         notes=(f"epoch {epoch - 1}: 400 batches in {epoch_s - 0.4:.1f} s",) if after_boundary and t > interval else (),
         ended=ended,
+        leak=LEAK if i >= 10 else None,
     )
 
 

@@ -93,13 +93,7 @@ class LiveState:
         return [t for t, _ in pairs], [v for _, v in pairs]
 
     def leak_warnings(self) -> list[str]:
-        return [w for w in self.last.warnings if is_leak(w)] if self.last else []
+        return [self.last.leak] if self.last and self.last.leak else []
 
     def other_warnings(self) -> list[str]:
-        return [w for w in self.last.warnings if not is_leak(w)] if self.last else []
-
-
-def is_leak(warning: str) -> bool:
-    """Leak warnings go first and in bold: the engine words them "... grow N MB/min ..."."""
-    text = warning.lower()
-    return "mb/min" in text or "leak" in text or "copy-on-read" in text
+        return [w for w in self.last.warnings if w != self.last.leak] if self.last else []

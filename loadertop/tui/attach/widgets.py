@@ -10,7 +10,6 @@ from textual.content import Content
 from loadertop.core.engine import pct
 from loadertop.tui import fmt
 from loadertop.tui.attach.state import LiveState, WorkerTrace
-from loadertop.tui.trace import CLIMB_MB_PER_MIN
 from loadertop.tui.widgets.pane import Pane
 
 WATCH_HINT = "for batch in loadertop.watch(loader):"
@@ -88,8 +87,7 @@ class WorkersPane(Pane[LiveState]):
         if not workers:
             lines.append(Content.styled("no worker processes: batches load in the main process", "dim"))
             return Content("\n").join(lines)
-        leaking = bool(self.state.leak_warnings())
-        flagged = [w for w in workers if leaking and _grows(w)]
+        flagged = [w for w in workers if w.last and w.last.leaking]
         room = height - len(lines)
         shown = workers if len(workers) <= room else [*flagged, *(w for w in workers if w not in flagged)][: room - 1]
         top = max((w.last.uss_mb or 0.0) for w in workers if w.last)
@@ -186,11 +184,6 @@ class MessagesPane(Pane[LiveState]):
     def update_view(self) -> None:
         super().update_view()
         self.refresh(layout=True)  # long warnings wrap: the height follows the text, not its line count
-
-
-def _grows(worker: WorkerTrace) -> bool:
-    slope = worker.last.uss_slope_mb_per_min if worker.last else None
-    return slope is not None and slope >= CLIMB_MB_PER_MIN
 
 
 def _slope(value: float | None, err: float | None) -> str:

@@ -166,7 +166,8 @@ class LiveSession:
         available = read_free_mb() if last is None else free_mb(last.mem_available_mb, last.cgroup_mem_headroom_mb)
         samples_per_s, batches_per_s, stall, wait_p95, step_ms = interval.rates(seconds)
         gpus, gpu_why = job_gpus(self._gpu, {self.pid, *self._workers})
-        warnings = [w for w in (self._leak.warning(available),) if w]
+        leak = self._leak.warning(available)
+        warnings = [leak] if leak else []
         if interval.dropped:
             warnings.append(f"{interval.dropped} step records were dropped by the job (its buffer was full)")
         missing = []
@@ -193,6 +194,7 @@ class LiveSession:
             gpu_unavailable=gpu_why,
             mem_available_mb=available,
             warnings=tuple(warnings),
+            leak=leak,
             missing=tuple(missing),
             notes=tuple(interval.notes),
             ended=ended,
@@ -205,6 +207,7 @@ class LiveSession:
             for worker in sample.workers:
                 seen.setdefault(worker.pid, []).append(worker)
         workers = []
+        growing = self._leak.growing()
         for pid in self._workers:
             readings = seen.get(pid)
             if not readings:
@@ -215,10 +218,11 @@ class LiveSession:
                 LiveWorker(
                     pid=pid,
                     uss_mb=last.uss_mb,
-                    pss_mb=getattr(last, "pss_mb", None),  # WorkerSample has no per-worker PSS yet
+                    pss_mb=last.pss_mb,
                     cpu_percent=_mean([w.cpu_percent for w in readings]),
                     uss_slope_mb_per_min=None if fit is None else fit.slope_mb_per_min,
                     uss_slope_err_mb_per_min=None if fit is None else fit.stderr_mb_per_min,
+                    leaking=pid in growing,
                 )
             )
         return tuple(workers)

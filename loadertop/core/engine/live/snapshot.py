@@ -3,7 +3,6 @@ samples (per-worker memory and CPU, the GPUs)."""
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -107,19 +106,10 @@ class MessageFold:
 
 
 def job_gpus(probe: GpuProbe, pids: set[int]) -> tuple[set[int], str | None]:
-    """The indices of the GPUs whose running compute processes include one of `pids`, and why none is shown.
-
-    Reads GpuProbe's NVML handles under its lock (GpuProbe has no public per-process query yet)."""
+    """The indices of the GPUs whose running compute processes include one of `pids`, and why none is shown."""
     if not probe.available:
         return set(), probe.unavailable or "unavailable"
-    found: set[int] = set()
-    with probe._lock:
-        nvml = probe._nvml
-        for info, handle in zip(probe.devices(), probe._handles, strict=False):
-            with contextlib.suppress(Exception):  # a GPU that cannot list its processes is not the job's
-                for process in nvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                    if int(process.pid) in pids:
-                        found.add(info.index)
+    found = probe.gpus_running(pids)
     if found:
         return found, None
     return found, "the job runs nothing on the GPUs NVML lists (in a container NVML may list host pids)"
