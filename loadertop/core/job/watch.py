@@ -62,11 +62,19 @@ class StepRecorder:
         """The messages for the records since the last drain (the publisher's thread calls this)."""
         out: list[LiveMessage] = []
         agg, buf = self._agg, self._buf
-        while buf:
-            item = buf.popleft()
+        items = [buf.popleft() for _ in range(len(buf))]  # only this thread pops: len() is a floor
+        steps: list[tuple[Any, ...]] = []
+        for item in items:
             if item[0].__class__ is not str:
-                agg.add(item)
-            elif item[0] == "start":
+                if steps and item[0] != steps[-1][0]:
+                    agg.add(steps)
+                    steps = []
+                steps.append(item)
+                continue
+            if steps:
+                agg.add(steps)
+                steps = []
+            if item[0] == "start":
                 _, t, epoch, pids, config = item
                 agg.flush(out, t, self.loader_id)
                 agg.open(epoch)
@@ -77,6 +85,8 @@ class StepRecorder:
                 agg.flush(out, t, self.loader_id)
                 agg.is_open = False
                 out.append(JobEpoch(t, self.loader_id, epoch, batches, seconds, first, complete))
+        if steps:
+            agg.add(steps)
         if agg.is_open or agg.batches:  # a quiet span inside an epoch is sent too: a viewer sees the stall
             agg.flush(out, now, self.loader_id, force=True)
         return out
@@ -101,17 +111,19 @@ class _Aggregate:
     def open(self, epoch: int) -> None:
         self.epoch, self.is_open, self.last_n = epoch, True, 0
 
-    def add(self, item: tuple[Any, ...]) -> None:
-        epoch, n, wait_s, step_s, samples = item
+    def add(self, steps: list[tuple[Any, ...]]) -> None:
+        """Step records of one epoch, in order (a tight loop: this runs for every step of the job)."""
+        epoch = steps[0][0]
         if epoch != self.epoch:  # its start record was dropped
             self.open(epoch)
-        self.dropped += max(0, n - self.last_n - 1)
-        self.last_n = n
-        self.batches += 1
-        self.samples += samples
-        self.wait_s += wait_s
-        self.step_s += step_s
-        self.waits.append(wait_s)
+        waits = [s[2] for s in steps]
+        self.waits += waits
+        self.wait_s += sum(waits)
+        self.step_s += sum(s[3] for s in steps)
+        self.samples += sum(s[4] for s in steps)
+        self.batches += len(steps)
+        self.dropped += max(0, steps[-1][1] - self.last_n - len(steps))
+        self.last_n = steps[-1][1]
 
     def flush(self, out: list[LiveMessage], t: float, loader: int, force: bool = False) -> None:
         if not self.batches and not self.dropped and not force:
@@ -188,7 +200,7 @@ def samples_in(batch: Any) -> int:
         shape = getattr(batch, "shape", None)
         if shape:
             return int(shape[0])
-        return len(batch)
+        return len(batch) if hasattr(batch, "__len__") else 1  # no exception on the common path: they are slow
     except Exception:
         return 1
 
@@ -264,7 +276,7 @@ def _epoch(loader: Any, rec: StepRecorder, epoch: int) -> Iterator[Any]:
     rec.epoch_started(epoch, worker_pids(it), loader_config(loader))
     fixed = getattr(loader, "batch_size", None)
     fixed = fixed if isinstance(fixed, int) and fixed > 0 else None
-    step = rec.step
+    append = rec._append  # the hot path: what rec.step() does, without a call (records carry epoch and index)
     batches, first, complete, in_step = 0, None, False, False
     wait = t_ready = 0.0
     samples = 0
@@ -285,12 +297,12 @@ def _epoch(loader: Any, rec: StepRecorder, epoch: int) -> Iterator[Any]:
             yield batch
             t_ask = perf_counter()
             in_step = False
-            step(wait, t_ask - t_ready, samples)
             batches += 1
+            append((epoch, batches, wait, t_ask - t_ready, samples))
     finally:
         end = perf_counter()
         if in_step:  # the loop left during a step (break, an exception in it): that step counts
-            step(wait, end - t_ready, samples)
             batches += 1
+            append((epoch, batches, wait, end - t_ready, samples))
         del it  # a DataLoader iterator shuts its workers down when released (persistent ones stay the loader's)
         rec.epoch_ended(epoch, batches, end - t_start, first, complete)
