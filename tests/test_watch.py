@@ -333,3 +333,40 @@ def test_a_list_is_watched_too(jobs: Path) -> None:
     viewer.close()
     assert sum(s.samples for s in of(JobSteps, messages)) == 10  # detected from each batch
     assert of(JobWorkers, messages)[0].pids == () and of(JobWorkers, messages)[0].config is None
+
+
+def test_a_short_last_batch_counts_its_samples(jobs: Path) -> None:
+    pub = publisher()
+    assert pub is not None
+    viewer = Viewer(pub)
+    dl = DataLoader(dataset(), batch_size=10, num_workers=0)  # 64 samples: six batches of 10, one of 4
+    unused = iter(loadertop.watch(dl))  # an epoch never started takes no epoch number
+    del unused
+    run_epoch(loadertop.watch(dl))
+    messages = viewer.read_until(epochs_done(1))
+    viewer.close()
+    assert sum(s.samples for s in of(JobSteps, messages)) == N
+    assert [e.epoch for e in of(JobEpoch, messages)] == [0]
+
+
+class Broken:
+    """A recorder whose drain fails: the publisher's thread dies of it."""
+
+    def drain(self, now: float) -> list[LiveMessage]:
+        raise RuntimeError("drain failed")
+
+
+def test_a_publisher_thread_that_fails_steps_aside(jobs: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="loadertop.watch")
+    pub = publisher()
+    assert pub is not None
+    pub.add_recorder(Broken())
+    deadline = time.monotonic() + 5
+    while pub.alive and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pub.alive and not pub.folder.exists()  # it cleaned up after itself
+    for _ in range(2):
+        assert len(run_epoch(loadertop.watch(loader(0)))) == N // BS
+    assert publisher() is None
+    records = [r for r in caplog.records if r.name == "loadertop.watch"]
+    assert len(records) == 1 and "drain failed" in records[0].getMessage()

@@ -35,10 +35,6 @@ class Fanout:
         self._sel.register(wakeup, selectors.EVENT_READ, "wakeup")
         self.joined: list[_Viewer] = []  # accepted since the caller last looked: they need hello + history
 
-    @property
-    def count(self) -> int:
-        return len(self._viewers)
-
     def poll(self, timeout: float) -> None:
         for key, events in self._sel.select(timeout):
             if key.data == "listen":

@@ -69,8 +69,13 @@ class Publisher:
         self._lock = threading.Lock()  # new_loader and the trace file; never taken on the hot path
         self._stop = threading.Event()
         self.failed = False
+        self._bye_reason = "exit"
         self._make_folder()
-        self._listener, self._wake_r, self._wake_w = _open_sockets(self.folder / SOCKET_FILE)
+        try:
+            self._listener, self._wake_r, self._wake_w = _open_sockets(self.folder / SOCKET_FILE)
+        except OSError:
+            remove_job_dir(self.folder)  # no half-made job folder left for `loadertop attach` to list
+            raise
         self._fanout = Fanout(self._listener, self._wake_r)
         self._thread = threading.Thread(target=self._run, name="loadertop-publisher", daemon=True)
         self._thread.start()
@@ -134,7 +139,8 @@ class Publisher:
                     self._drain()
             self._drain()
             self._take_outbox()
-            self._publish(encode(JobBye(t=self.now(), reason=getattr(self, "_bye_reason", "exit"))).encode())
+            bye = JobBye(t=self.now(), reason=self._bye_reason)
+            self._publish(encode(bye).encode(), keep=False)
             deadline = time.monotonic() + _BYE_FLUSH_S
             while not self._fanout.flush_all() and time.monotonic() < deadline:
                 self._fanout.poll(0.05)
@@ -158,8 +164,8 @@ class Publisher:
             for message in recorder.drain(now):
                 self._publish(encode(message).encode())
 
-    def _publish(self, line: bytes) -> None:
-        if not line.startswith(b'{"type": "bye"'):
+    def _publish(self, line: bytes, keep: bool = True) -> None:
+        if keep:
             self._history.append(line)
         self._fanout.broadcast(line)
 

@@ -240,6 +240,8 @@ class Watched:
         return len(self.loader)
 
     def __getattr__(self, name: str) -> Any:
+        if name == "loader":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.loader, name)
 
     def __iter__(self) -> Iterator[Any]:
@@ -250,15 +252,19 @@ class Watched:
             recorder = None
         if recorder is None:
             return iter(self.loader)
-        state = _state_of(self.loader)
-        epoch = state.epoch
-        state.epoch += 1
-        return _epoch(self.loader, recorder, epoch)
+        return _epoch(self.loader, recorder, _state_of(self.loader))
 
 
 def watch(loader: Any) -> Watched:
     """`for batch in loadertop.watch(loader):` is `for batch in loader:`, watched live by `loadertop attach`."""
     return Watched(loader)
+
+
+def _batches_in(loader: Any) -> int:
+    try:
+        return len(loader)
+    except Exception:  # an IterableDataset without a length
+        return -1
 
 
 def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
@@ -269,13 +275,16 @@ def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
     return state.recorder
 
 
-def _epoch(loader: Any, rec: StepRecorder, epoch: int) -> Iterator[Any]:
+def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]:
     """One epoch, recorded. Exceptions of the loader pass through unchanged; break/close ends it (complete=False)."""
+    epoch = state.epoch  # taken when the epoch starts, not at iter(): an iterator never run uses no number
+    state.epoch += 1
     t_start = perf_counter()
     it = iter(loader)
     rec.epoch_started(epoch, worker_pids(it), loader_config(loader))
     fixed = getattr(loader, "batch_size", None)
     fixed = fixed if isinstance(fixed, int) and fixed > 0 else None
+    last = _batches_in(loader) - 1  # the last batch may be short: its samples are counted, not assumed
     append = rec._append  # the hot path: what rec.step() does, without a call (records carry epoch and index)
     batches, first, complete, in_step = 0, None, False, False
     wait = t_ready = 0.0
@@ -292,7 +301,7 @@ def _epoch(loader: Any, rec: StepRecorder, epoch: int) -> Iterator[Any]:
             wait = t_ready - t_ask
             if first is None:
                 first = wait
-            samples = fixed or samples_in(batch)
+            samples = fixed if fixed and batches != last else samples_in(batch)
             in_step = True
             yield batch
             t_ask = perf_counter()
