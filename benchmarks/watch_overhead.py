@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -99,7 +100,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=1.0, help="length of one run of the 0.1 and 1 ms steps")
     parser.add_argument("--loader", choices=("dataloader", "list"), default="dataloader")
     args = parser.parse_args()
-    os.environ["LOADERTOP_JOBS_DIR"] = tempfile.mkdtemp(prefix="lt", dir="/tmp")
+    jobs = tempfile.mkdtemp(prefix="ltbench", dir="/tmp")  # short: Unix socket paths are limited to 107 bytes
+    os.environ["LOADERTOP_JOBS_DIR"] = jobs
     pub = publisher()
     if pub is None:
         sys.exit("loadertop could not start its publisher (see the log line above)")
@@ -125,6 +127,7 @@ def main() -> None:
     finally:
         pub.close()
         out, _ = viewer.communicate(timeout=10)
+        shutil.rmtree(jobs, ignore_errors=True)
     print(f"\nthe viewer received {out.strip()} messages; load average after: {os.getloadavg()[0]:.2f}")
 
 

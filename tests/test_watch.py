@@ -370,3 +370,24 @@ def test_a_publisher_thread_that_fails_steps_aside(jobs: Path, caplog: pytest.Lo
     assert publisher() is None
     records = [r for r in caplog.records if r.name == "loadertop.watch"]
     assert len(records) == 1 and "drain failed" in records[0].getMessage()
+
+
+def test_break_with_persistent_workers_keeps_them_and_a_dropped_loader_is_forgotten(jobs: Path) -> None:
+    dl = loader(2, persistent_workers=True)
+    pub = publisher()
+    assert pub is not None
+    viewer = Viewer(pub)
+    for i, _ in enumerate(loadertop.watch(dl)):
+        if i == 1:
+            break
+    assert len(run_epoch(loadertop.watch(dl))) == N // BS  # the loader's own workers carry on
+    messages = viewer.read_until(epochs_done(2))
+    viewer.close()
+    assert [(e.batches, e.complete) for e in of(JobEpoch, messages)] == [(2, False), (N // BS, True)]
+    assert len({w.pids for w in of(JobWorkers, messages)}) == 1
+    assert len(pub._recorders) == 1
+    del dl
+    deadline = time.monotonic() + 5
+    while pub._recorders and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not pub._recorders

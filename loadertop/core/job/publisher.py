@@ -163,6 +163,8 @@ class Publisher:
         for recorder in list(self._recorders):
             for message in recorder.drain(now):
                 self._publish(encode(message).encode())
+            if getattr(recorder, "done", False):  # a loader the job dropped (some make one per epoch)
+                self._recorders.remove(recorder)
 
     def _publish(self, line: bytes, keep: bool = True) -> None:
         if keep:
@@ -283,12 +285,14 @@ def _log_once(text: str) -> None:
 
 
 def _after_fork_in_child() -> None:
+    # The child of a watched job (a DataLoader worker) never publishes; the child of a process that publishes
+    # nothing (a launcher forking its trainers) may start its own publisher.
     pub = _Process.pub
     if pub is not None:
         with contextlib.suppress(Exception):
             pub._drop_in_child()
+        _Process.child = True
     _Process.pub = None
-    _Process.child = True
 
 
 if hasattr(os, "register_at_fork"):

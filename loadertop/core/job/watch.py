@@ -9,6 +9,7 @@ LOADERTOP_WATCH=0, or it failed and logged why), watch() is plain iteration.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import multiprocessing
 import weakref
@@ -39,6 +40,7 @@ class StepRecorder:
         self._epoch = 0
         self._n = 0
         self._agg = _Aggregate()
+        self.owner: weakref.ref[Any] | None = None  # the watched loader: once it is gone, the publisher forgets us
         if pub is not None:
             pub.add_recorder(self)
 
@@ -57,6 +59,11 @@ class StepRecorder:
         self, epoch: int, batches: int, seconds: float, first_batch_s: float | None, complete: bool
     ) -> None:
         self._append(("end", self._now(), epoch, batches, seconds, first_batch_s, complete))
+
+    @property
+    def done(self) -> bool:
+        """Its loader is gone and everything it recorded was sent."""
+        return self.owner is not None and self.owner() is None and not self._buf and not self._agg.is_open
 
     def drain(self, now: float) -> list[LiveMessage]:
         """The messages for the records since the last drain (the publisher's thread calls this)."""
@@ -272,6 +279,8 @@ def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
     if state.recorder is None or state.pub is not pub:  # first epoch, or a new publisher since (reset)
         state.recorder = StepRecorder(pub, pub.new_loader())
         state.pub = pub
+        with contextlib.suppress(TypeError):  # not weak-referenceable: kept for the publisher's life
+            state.recorder.owner = weakref.ref(loader)
     return state.recorder
 
 
