@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import analyze, snippet
-from loadertop.core.engine.band import choose
+from loadertop.core.engine.analysis import snippet
+from loadertop.core.engine.band import choose, noise_band
 from loadertop.core.engine.search import AdaptivePlanner
-from loadertop.core.engine.wording import pct
+from loadertop.core.engine.wording import pct, sps
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import DEFAULT_PREFETCH, Settings, TrialConfig, adaptive_cap
@@ -104,20 +104,25 @@ class Tuner:
         return [step.message for step in self.planner.take_notes()]
 
     def choice(self, fallback: TrialConfig) -> Choice:
-        """The sweep's recommendation over what was measured; the user's own configuration when nothing was."""
-        _, rec = analyze(self.results, self.settings, self.machine, self.ceilings())
-        if rec is not None:
-            reason = rec.reason.replace("a wider --workers range", "a larger max_workers")  # the sweep's CLI words
-            return Choice(rec.config, rec.samples_per_s, reason, rec.snippet)
+        """The sweep's rule over what was measured (the fewest workers within the noise band of the fastest,
+        repeats merged); the user's own configuration when nothing was."""
         chosen = choose(self.results, self.settings.tolerance)
-        if chosen is not None:
-            best = chosen[1]
+        if chosen is None:
             return Choice(
-                best.config, best.samples_per_s, "cheapest within the noise band of the best", self._line(best.config)
+                fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
             )
-        return Choice(
-            fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
-        )
+        best, rec = chosen
+        band = noise_band(self.settings.tolerance, best, rec)
+        ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
+        share = f", {pct(sps(rec) / ceiling)} of what the training step can take" if ceiling else ""
+        if rec.config == best.config:
+            why = f"the fastest ({sps(rec):.0f} samples/s{share}), nothing cheaper within the {pct(band)} noise band"
+        else:
+            why = (
+                f"{sps(rec):.0f} samples/s{share}: the fewest workers within the {pct(band)} noise band of the "
+                f"fastest ({best.config.label()}, {sps(best):.0f})"
+            )
+        return Choice(rec.config, rec.samples_per_s, why, self._line(rec.config))
 
     def _line(self, config: TrialConfig) -> str:
         return snippet(config, self.machine.default_start_method)
