@@ -150,12 +150,16 @@ class Tuned:
             self._aside(exc)
             config = current_config(self.loader)
             it = iter(loader_from(self.loader, batches[pos:], config))
+        self._guard(self._meter_opened, it, config, len(batches) - pos)
+        self._guard(self._announce, epoch, it, config, first)
+        return it, config, opened
+
+    def _meter_opened(self, it: Iterator[Any], config: TrialConfig, remaining: int) -> None:
         meter = self._meter
         if meter is not None and meter.config == config:
             # Skip the fresh iterator's start-up buffer, but leave half the epoch's rest to measure (tiny epochs).
-            meter.restart(min(start_up_buffer(config), (len(batches) - pos) // 2))
-        self._guard(self._announce, epoch, it, config, first)
-        return it, config, opened
+            meter.restart(min(start_up_buffer(config), remaining // 2))
+            meter.pids = worker_pids(it)
 
     def _config_due(self) -> TrialConfig:
         if self._state == "tuning" and self._meter is not None:
@@ -198,7 +202,8 @@ class Tuned:
         if nxt is None:
             self._settle()
             return self.choice != config  # keep the running iterator when it already has the choice
-        self._meter = Meter(nxt, skip=0)  # _open sets the skip of a fresh iterator
+        # _open sets the skip of a fresh iterator; a finalist measured again right away keeps the running one.
+        self._meter = Meter(nxt, skip=0, pids=meter.pids if nxt == config else ())
         return nxt != config  # a finalist measured again right away needs no restart
 
     # -- settled, or stepped aside: plain epochs ----------------------------------------------------------------

@@ -7,8 +7,12 @@ cost (from the switch to the first batch) is kept apart.
 
 from __future__ import annotations
 
+import os
 import statistics
+import time
 from dataclasses import dataclass, field
+
+import psutil
 
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
@@ -16,6 +20,7 @@ from loadertop.core.model.results import TrialResult
 MIN_BATCHES = 6  # fewer measured batches say nothing about a configuration
 MAX_BATCHES = 400  # enough batches: stop even before the span is reached (fast steps)
 BLOCKS = 6  # the measured span splits into this many blocks for the spread
+MB = 1024.0 * 1024.0
 
 
 @dataclass
@@ -30,16 +35,23 @@ class Meter:
     waits: list[float] = field(default_factory=list)
     steps: list[float] = field(default_factory=list)
     samples: list[int] = field(default_factory=list)
+    pids: tuple[int, ...] = ()  # the current iterator's workers
+    _cpu0: tuple[float, float] | None = None  # (wall, CPU seconds of the job and its workers) at the span's start
+    _cpu_ok: bool = True  # False once the span crossed iterators (the old workers' CPU time is gone)
 
     def restart(self, skip: int) -> None:
         """A fresh iterator of the same configuration (a new epoch): skip its start-up buffer too."""
         self.skip = skip
+        self._cpu_ok = self._cpu_ok and not self.waits
 
     def add(self, wait_s: float, step_s: float, samples: int) -> None:
         if self.skip > 0:
             self.skip -= 1
             self.skipped += 1
             return
+        if not self.waits and self._cpu_ok:
+            cpu = _cpu_seconds(self.pids)
+            self._cpu0 = (time.perf_counter(), cpu) if cpu is not None else None
         self.waits.append(wait_s)
         self.steps.append(step_s)
         self.samples.append(samples)
@@ -66,6 +78,7 @@ class Meter:
             return TrialResult(index, self.config, "failed", error="too few batches measured before the budget ended")
         spread = _spread(self.waits, self.steps, self.samples)
         waits_ms = sorted(w * 1000.0 for w in self.waits)
+        uss, pss = _memory(self.pids)
         return TrialResult(
             index=index,
             config=self.config,
@@ -83,7 +96,38 @@ class Meter:
             wait_ms_p95=_quantile(waits_ms, 0.95),
             wait_ms_p99=_quantile(waits_ms, 0.99),
             reason="measured by the training step",
+            cpu_percent=self._cpu_percent(),
+            worker_uss_mb=uss,
+            total_pss_mb=pss,
         )
+
+    def _cpu_percent(self) -> float | None:
+        """CPU of the job's process and its workers over the span, in percent of one CPU (the planner's notes)."""
+        cpu = _cpu_seconds(self.pids) if self._cpu_ok and self._cpu0 is not None else None
+        if cpu is None or self._cpu0 is None:
+            return None
+        wall = time.perf_counter() - self._cpu0[0]
+        return 100.0 * (cpu - self._cpu0[1]) / wall if wall > 0 else None
+
+
+def _cpu_seconds(pids: tuple[int, ...]) -> float | None:
+    try:
+        times = [psutil.Process(pid).cpu_times() for pid in (os.getpid(), *pids)]
+    except (psutil.Error, OSError):
+        return None
+    return sum(t.user + t.system for t in times)
+
+
+def _memory(pids: tuple[int, ...]) -> tuple[tuple[float, ...], float | None]:
+    """Each worker's USS and the PSS of the job and its workers, at the end of the span: the planner's memory
+    budget stops the climb before the workers would take the memory the training needs. Empty when unreadable."""
+    try:
+        infos = [psutil.Process(pid).memory_full_info() for pid in (os.getpid(), *pids)]
+    except (psutil.Error, OSError, AttributeError):
+        return (), None
+    pss = [getattr(info, "pss", None) for info in infos]
+    total = sum(p for p in pss if p is not None) / MB if all(p is not None for p in pss) else None
+    return tuple(info.uss / MB for info in infos[1:]), total
 
 
 def _spread(waits: list[float], steps: list[float], samples: list[int]) -> float | None:
