@@ -137,9 +137,10 @@ def test_trace_is_written_to_the_job_folder() -> None:
     pub = publisher()
     if pub is None:
         pytest.skip("no publisher in this environment")
-    loader = DataLoader(Indexed(300), batch_size=4, num_workers=1)
+    loader = DataLoader(Indexed(300), batch_size=4, num_workers=1, timeout=30)  # a timeout: not at 0 workers
     tuned = loadertop.tune(loader, budget_s=1.5, max_workers=1)
     run(tuned, after_settled=0)
+    assert tuned.trace[0].config.num_workers == 0 and tuned.choice is not None
     lines = [decode(line) for line in (pub.folder / TUNE_FILE).read_text().splitlines()]
     chose = [m for m in lines if isinstance(m, TuneChose)]
     assert any(isinstance(m, TuneStep) for m in lines)

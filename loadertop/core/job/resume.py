@@ -86,13 +86,13 @@ def _knobs(loader: DataLoader[Any], config: TrialConfig, persistent: bool) -> di
         "num_workers": nw,
         "collate_fn": loader.collate_fn,
         "pin_memory": config.pin_memory,
-        "timeout": loader.timeout,
         "worker_init_fn": loader.worker_init_fn,
         "generator": loader.generator,
     }
     if config.pin_memory and getattr(loader, "pin_memory_device", ""):
         knobs["pin_memory_device"] = loader.pin_memory_device
-    if nw > 0:  # the DataLoader rejects these at 0 workers
+    if nw > 0:  # the DataLoader rejects these at 0 workers (a timeout too: the 0-worker iterator asserts it is 0)
+        knobs["timeout"] = loader.timeout
         knobs["prefetch_factor"] = config.prefetch_factor
         knobs["persistent_workers"] = persistent
         knobs["multiprocessing_context"] = loader.multiprocessing_context

@@ -93,9 +93,13 @@ class Tuned:
     # -- set-up -----------------------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        self._pub = publisher()
-        self._loader_id = self._pub.new_loader() if self._pub is not None else 0
-        self._recorder = StepRecorder(self._pub, self._loader_id)
+        try:  # viewers are a bonus: tuning goes on without them
+            self._pub = publisher()
+            self._loader_id = self._pub.new_loader() if self._pub is not None else 0
+            self._recorder = StepRecorder(self._pub, self._loader_id)
+        except Exception as exc:
+            log.warning("loadertop.tune: cannot publish to viewers (%s: %s); tuning anyway", type(exc).__name__, exc)
+            self._pub, self._recorder = None, None
         user = current_config(self.loader)
         cuda = _cuda()
         machine = read_machine()
