@@ -151,9 +151,13 @@ def test_without_a_publisher_it_still_tunes(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(tune_module, "publisher", lambda: None)
     loader = DataLoader(Indexed(300), batch_size=4)
     tuned = loadertop.tune(loader, budget_s=1.5, max_workers=1)
+    for n, _ in enumerate(tuned):  # an epoch left early: the next one starts afresh, as with the loader
+        if n == 10:
+            break
     for seen in run(tuned, after_settled=1):
         assert sorted(i for i, _ in seen) == list(range(300))
     assert tuned.choice is not None and tuned.trace
+    assert no_children() == []
 
 
 def test_an_iterable_dataset_is_watched_not_tuned(capsys: pytest.CaptureFixture[str]) -> None:
