@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import gc
 import logging
+import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -27,9 +29,14 @@ BUDGET_S = 2.5
 STEP_S = 0.002
 
 
-@pytest.fixture(autouse=True)
-def _short_jobs_dir(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("LOADERTOP_JOBS_DIR", tempfile.mkdtemp(prefix="lt", dir="/tmp"))
+@pytest.fixture(autouse=True, scope="module")
+def _short_jobs_dir() -> Iterator[None]:
+    # Short: a Unix socket path has at most 107 bytes. One for the module: the job's publisher is the process's.
+    folder = tempfile.mkdtemp(prefix="lt", dir="/tmp")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOADERTOP_JOBS_DIR", folder)
+        yield
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 class Indexed(Dataset[tuple[int, int]]):
