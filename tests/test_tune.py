@@ -21,7 +21,10 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 import loadertop
 from loadertop.core.job import tune as tune_module
 from loadertop.core.job.publisher import publisher
+from loadertop.core.job.resume import start_up_buffer
+from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Tuner
+from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.jobs import TUNE_FILE
 from loadertop.core.model.live_protocol import TuneChose, TuneStep, decode
 
@@ -210,3 +213,19 @@ def test_an_internal_failure_steps_aside_without_losing_the_position(
     assert len(warnings) == 1 and "planner broke" in warnings[0].getMessage()
     assert tuned.choice is None
     assert no_children() == []
+
+
+def test_a_measurement_skips_the_start_up_buffer_and_a_cut_one_does_not_count() -> None:
+    config = TrialConfig(2, 4, 2)
+    meter = Meter(config, skip=start_up_buffer(config))  # 2 × 2 + 2 batches ready before the step asks
+    for _ in range(6):
+        meter.add(0.0, 0.01, 4)  # start-up: no wait, would inflate throughput
+    for _ in range(5):
+        meter.add(0.02, 0.01, 4)
+    cut = meter.result(0, 0.05, span_s=1.0)
+    assert cut.status == "failed" and "cut by the budget" in (cut.error or "")
+    for _ in range(15):
+        meter.add(0.02, 0.01, 4)
+    ok = meter.result(1, 0.05, span_s=1.0)  # 20 batches, 0.6 s: more than half the span
+    assert ok.status == "ok" and ok.warmup_batches == 6
+    assert ok.samples_per_s == pytest.approx(4 / 0.03) and ok.stall_fraction == pytest.approx(2 / 3)

@@ -187,21 +187,22 @@ class Tuned:
                 meter.first_batch_s = got - opened
                 meter.switch_s = got - self._switch_t
             meter.add(wait_s, step_s, n)
-            over = self.tuning_s + now - self._epoch_began >= self.budget_s
-            if not (meter.done(self._span_s) or over):
+            left = self.budget_s - (self.tuning_s + now - self._epoch_began)
+            if not (meter.done(self._span_s) or left <= 0):
                 return False
-            return self._next_trial(meter, over, config)
+            # No new configuration that could not get half its span: its switch would be wasted.
+            return self._next_trial(meter, left < self._span_s / 2, config)
         except Exception as exc:
             self._aside(exc)
             return True
 
-    def _next_trial(self, meter: Meter, over: bool, config: TrialConfig | None) -> bool:
+    def _next_trial(self, meter: Meter, last: bool, config: TrialConfig | None) -> bool:
         tuner = self._tuner
         assert tuner is not None
-        result = meter.result(len(tuner.results), tuner.settings.target_spread)
+        result = meter.result(len(tuner.results), tuner.settings.target_spread, self._span_s)
         tuner.feed(result, meter.mean_step_s())
         self._publish_step(tuner.results[-1], meter)
-        nxt = None if over else tuner.next()
+        nxt = None if last else tuner.next()
         self._switch_t = time.perf_counter()
         if nxt is None:
             self._settle()

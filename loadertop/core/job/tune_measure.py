@@ -71,11 +71,13 @@ class Meter:
     def mean_step_s(self) -> float | None:
         return sum(self.steps) / len(self.steps) if self.steps else None
 
-    def result(self, index: int, target_spread: float) -> TrialResult:
-        """The TrialResult the planner reads; status "failed" when too little was measured to say anything."""
+    def result(self, index: int, target_spread: float, span_s: float) -> TrialResult:
+        """The TrialResult the planner reads; status "failed" when the budget cut it before half its span: a
+        short lucky window must not win the choice."""
         total = self.measured_s
-        if self.batches < 2 or total <= 0:
-            return TrialResult(index, self.config, "failed", error="too few batches measured before the budget ended")
+        if not self.done(span_s / 2) or total <= 0:
+            error = f"cut by the budget after {self.batches} batches ({total:.1f} s): too little to compare"
+            return TrialResult(index, self.config, "failed", error=error, first_batch_s=self.first_batch_s)
         spread = _spread(self.waits, self.steps, self.samples)
         waits_ms = sorted(w * 1000.0 for w in self.waits)
         uss, pss = _memory(self.pids)
