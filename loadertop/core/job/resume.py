@@ -1,0 +1,116 @@
+"""Carrying an epoch's position across a loader switch: the epoch's index batches materialised once, and loaders
+that start at the first batch not yet handed out.
+
+`loadertop.tune` switches configurations inside an epoch. The user's batch sampler is asked for its batches once, at
+the start of the epoch (this honours shuffling with the loader's generator, and a DistributedSampler after the
+user's `set_epoch`); each configuration then gets `batches[k:]`, so no sample is skipped or repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from torch.utils.data import DataLoader, IterableDataset
+
+from loadertop.core.model.config import TrialConfig
+
+Batches = list[list[int]]
+
+
+def why_not_tunable(loader: Any) -> str | None:
+    """Why tuning cannot carry this loader's position across a switch; None when it can."""
+    if not isinstance(loader, DataLoader):
+        return f"not a torch DataLoader ({type(loader).__name__})"
+    if isinstance(loader.dataset, IterableDataset):
+        return "an IterableDataset has no sampler position to carry across a switch"
+    if loader.batch_sampler is None:
+        return "batch_size=None (no batch sampler): batches are not index lists"
+    return None
+
+
+def epoch_batches(loader: DataLoader[Any]) -> Batches:
+    """The epoch's index batches, in order, from the user's own batch sampler (asked once)."""
+    return [list(batch) for batch in loader.batch_sampler]  # type: ignore[union-attr]
+
+
+def current_config(loader: DataLoader[Any]) -> TrialConfig:
+    """The knobs the user's loader was built with, as a TrialConfig."""
+    nw = loader.num_workers
+    context = loader.multiprocessing_context
+    method = context.get_start_method() if context is not None and nw > 0 else None
+    return TrialConfig(
+        num_workers=nw,
+        batch_size=_batch_size(loader),
+        prefetch_factor=loader.prefetch_factor if nw > 0 else None,
+        pin_memory=bool(loader.pin_memory),
+        persistent_workers=bool(loader.persistent_workers) if nw > 0 else False,
+        start_method=method,
+        in_order=bool(getattr(loader, "in_order", True)),
+    )
+
+
+def _batch_size(loader: DataLoader[Any]) -> int:
+    if loader.batch_size is not None:
+        return int(loader.batch_size)
+    size = getattr(loader.batch_sampler, "batch_size", None)
+    return int(size) if isinstance(size, int) else 1
+
+
+def loader_from(loader: DataLoader[Any], batches: Sequence[list[int]], config: TrialConfig) -> DataLoader[Any]:
+    """A loader over `batches` (the rest of the epoch) with `config`'s knobs and everything else the user's.
+    Workers never persist (it lives for one measured span); batches come in order (the position is a count)."""
+    return DataLoader(loader.dataset, batch_sampler=list(batches), **_knobs(loader, config, persistent=False))
+
+
+def final_loader(loader: DataLoader[Any], config: TrialConfig) -> DataLoader[Any]:
+    """The loader kept after tuning: the user's own batch sampler (their sampler object, so `set_epoch` still
+    reaches it) with the chosen knobs; persistent_workers and in_order as the user had them. The user's loader
+    itself when the choice is what it already was."""
+    if _same_knobs(current_config(loader), config):
+        return loader
+    knobs = _knobs(loader, config, persistent=bool(loader.persistent_workers))
+    if config.num_workers > 0 and "in_order" in _PARAMS:
+        knobs["in_order"] = bool(getattr(loader, "in_order", True))
+    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **knobs)
+
+
+def _same_knobs(a: TrialConfig, b: TrialConfig) -> bool:
+    keys = ("num_workers", "prefetch_factor", "pin_memory")
+    return all(getattr(a, k) == getattr(b, k) for k in keys)
+
+
+def _knobs(loader: DataLoader[Any], config: TrialConfig, persistent: bool) -> dict[str, Any]:
+    nw = config.num_workers
+    knobs: dict[str, Any] = {
+        "num_workers": nw,
+        "collate_fn": loader.collate_fn,
+        "pin_memory": config.pin_memory,
+        "worker_init_fn": loader.worker_init_fn,
+        "generator": loader.generator,
+    }
+    if config.pin_memory and getattr(loader, "pin_memory_device", ""):
+        knobs["pin_memory_device"] = loader.pin_memory_device
+    if nw > 0:  # the DataLoader rejects these at 0 workers (a timeout too: the 0-worker iterator asserts it is 0)
+        knobs["timeout"] = loader.timeout
+        knobs["prefetch_factor"] = config.prefetch_factor
+        knobs["persistent_workers"] = persistent
+        knobs["multiprocessing_context"] = loader.multiprocessing_context
+    return knobs
+
+
+_PARAMS = DataLoader.__init__.__code__.co_varnames
+
+
+def start_up_buffer(config: TrialConfig) -> int:
+    """Batches a fresh iterator has ready before the training step can ask for more: each worker's prefetch plus
+    the one each is working on. Measuring them would count start-up as steady throughput."""
+    nw = config.num_workers
+    return (config.prefetch_factor or 2) * nw + nw if nw > 0 else 0
+
+
+def shutdown(iterator: Iterator[Any] | None) -> None:
+    """Stop a DataLoader iterator's workers now (not when the garbage collector gets to it)."""
+    stop = getattr(iterator, "_shutdown_workers", None)
+    if callable(stop):
+        stop()

@@ -1,0 +1,336 @@
+"""`loadertop.tune(loader, budget_s=120)`: the training job tunes its own DataLoader, measured by its real step.
+
+`for batch in tuned:` iterates one epoch like the loader. While the budget lasts, configurations chosen by the
+sweep's adaptive planner take turns, switching at batch boundaries: the epoch's index batches are materialised
+once from the user's batch sampler, and each configuration's loader starts at the first batch not yet handed out,
+so no sample is skipped or repeated. Then it keeps the choice (with the user's own sampler) and says what it chose.
+
+Nothing of loadertop's own may raise into the training loop: an internal failure is logged once and the rest of
+the run uses the user's loader configuration, from the same position. The user's own errors (the dataset's, the
+sampler's) propagate as the plain loader would raise them.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from loadertop.core.job.publisher import Publisher, publisher
+from loadertop.core.job.resume import (
+    Batches,
+    current_config,
+    epoch_batches,
+    final_loader,
+    loader_from,
+    shutdown,
+    start_up_buffer,
+    why_not_tunable,
+)
+from loadertop.core.job.tune_measure import Meter
+from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, step_message, tune_settings
+from loadertop.core.job.watch import StepRecorder, watch, worker_pids
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.live_protocol import JobWorkers, TuneChose, TuneStep
+
+log = logging.getLogger("loadertop")
+
+
+def tune(loader: Any, budget_s: float = 120.0, *, max_workers: int | None = None, tolerance: float = 0.05) -> Tuned:
+    """Wrap `loader` so that its iteration tunes num_workers (then prefetch_factor, pin_memory with a GPU) for at
+    most `budget_s` seconds of training, then keeps the best. `max_workers`: the top of the range searched."""
+    return Tuned(loader, budget_s, max_workers=max_workers, tolerance=tolerance)
+
+
+class Tuned:
+    """What `tune()` returns: iterate it once per epoch, as the loader. `choice`, `trace` and `snippet` say what
+    tuning measured and chose (`choice` is None until it settles)."""
+
+    def __init__(self, loader: Any, budget_s: float, *, max_workers: int | None, tolerance: float) -> None:
+        self.loader = loader
+        self.budget_s = float(budget_s)
+        self.choice: TrialConfig | None = None
+        self.reason = ""
+        self.snippet = ""
+        self.trace: list[TuneStep] = []
+        self.tuning_s = 0.0
+        self._max_workers, self._tolerance = max_workers, tolerance
+        self._watched: Any = None
+        self._state = "tuning"  # "tuning", then "settled" or "aside" (an internal error: the user's loader)
+        self._final: Any = None
+        self._tuner: Tuner | None = None
+        self._meter: Meter | None = None
+        self._pub: Publisher | None = None
+        self._recorder: StepRecorder | None = None
+        self._loader_id = 0
+        self._epoch = -1
+        self._span_s = span_s(self.budget_s)
+        self._switch_t = 0.0
+        self._epoch_began = 0.0
+        why = why_not_tunable(loader)
+        if why is not None:
+            print(f"loadertop.tune: not tuning ({why}); watching the loader as it is", file=sys.stderr)
+            self._watched = watch(loader)
+        elif self.budget_s <= 0:
+            self._state = "settled"
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._watched is not None:
+            return iter(self._watched)
+        self._epoch += 1
+        if self._state == "tuning" and self._tuner is None:
+            self._epoch_began = time.perf_counter()
+            self._guard(self._start)
+        if self._state == "tuning":
+            return self._tuning_epoch(self._epoch)
+        return self._plain_epoch(self._epoch)
+
+    # -- set-up -----------------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        try:  # viewers are a bonus: tuning goes on without them
+            self._pub = publisher()
+            self._loader_id = self._pub.new_loader() if self._pub is not None else 0
+            self._recorder = StepRecorder(self._pub, self._loader_id)
+        except Exception as exc:
+            log.warning("loadertop.tune: cannot publish to viewers (%s: %s); tuning anyway", type(exc).__name__, exc)
+            self._pub, self._recorder = None, None
+        user = current_config(self.loader)
+        cuda = _cuda()
+        machine = read_machine()
+        self._tuner = Tuner(tune_settings(user, machine, self._max_workers, self._tolerance, cuda), machine)
+        first = self._tuner.next()
+        if first is None:
+            self._settle()
+        else:
+            self._meter = Meter(first, skip=0)  # _open sets the skip of a fresh iterator
+
+    # -- the tuning epoch --------------------------------------------------------------------------------------
+
+    def _tuning_epoch(self, epoch: int) -> Iterator[Any]:
+        began = self._epoch_began = time.perf_counter()
+        batches = epoch_batches(self.loader)  # the user's sampler: its errors are the user's
+        pos, it, config, opened = 0, None, None, began
+        first_batch: float | None = None
+        complete = False
+        self._switch_t = began
+        try:
+            while pos < len(batches):
+                if it is None:
+                    it, config, opened = self._open(batches, pos, epoch, first=pos == 0)
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)  # the dataset's and the user's worker errors propagate from here
+                except StopIteration:
+                    break
+                got = time.perf_counter()
+                first_batch = first_batch if first_batch is not None else got - began
+                n, pos = len(batches[pos]), pos + 1
+                yield batch
+                if self._after_step(t0, got, n, opened, config):
+                    shutdown(it)
+                    it = None
+            complete = pos >= len(batches)
+        finally:
+            shutdown(it)
+            seconds = time.perf_counter() - began
+            if self._state == "tuning":
+                self.tuning_s += seconds
+            self._guard(self._ended, epoch, pos, seconds, first_batch, complete)
+
+    def _open(self, batches: Batches, pos: int, epoch: int, first: bool) -> tuple[Iterator[Any], TrialConfig, float]:
+        """An iterator over batches[pos:] with the configuration now due (the one measured, the choice, or the
+        user's after an internal error)."""
+        config = self._config_due()
+        opened = time.perf_counter()
+        try:
+            it = iter(loader_from(self.loader, batches[pos:], config))
+        except Exception as exc:  # ours: arguments the user's loader never had; the user's own knobs next
+            self._aside(exc)
+            config = current_config(self.loader)
+            it = iter(loader_from(self.loader, batches[pos:], config))
+        self._guard(self._meter_opened, it, config, len(batches) - pos)
+        self._guard(self._announce, epoch, it, config, first)
+        return it, config, opened
+
+    def _meter_opened(self, it: Iterator[Any], config: TrialConfig, remaining: int) -> None:
+        meter = self._meter
+        if meter is not None and meter.config == config:
+            # Skip the fresh iterator's start-up buffer, but leave half the epoch's rest to measure (tiny epochs).
+            meter.restart(min(start_up_buffer(config), remaining // 2))
+            meter.pids = worker_pids(it)
+
+    def _config_due(self) -> TrialConfig:
+        if self._state == "tuning" and self._meter is not None:
+            return self._meter.config
+        if self._state == "settled" and self.choice is not None:
+            return self.choice
+        return current_config(self.loader)
+
+    def _after_step(self, t0: float, got: float, n: int, opened: float, config: TrialConfig | None) -> bool:
+        """Book one step (the user's step ran from `got` to now); True when the current iterator must be closed
+        (the next configuration is due)."""
+        try:
+            now = time.perf_counter()
+            wait_s, step_s = got - t0, now - got
+            if self._recorder is not None:
+                self._recorder.step(wait_s, step_s, n)
+            meter = self._meter
+            if self._state != "tuning" or meter is None:
+                return False
+            if meter.first_batch_s is None:
+                meter.first_batch_s = got - opened
+                meter.switch_s = got - self._switch_t
+            meter.add(wait_s, step_s, n)
+            left = self.budget_s - (self.tuning_s + now - self._epoch_began)
+            if not (meter.done(self._span_s) or left <= 0):
+                return False
+            # No new configuration that could not get half its span: its switch would be wasted.
+            return self._next_trial(meter, left < self._span_s / 2, config)
+        except Exception as exc:
+            self._aside(exc)
+            return True
+
+    def _next_trial(self, meter: Meter, last: bool, config: TrialConfig | None) -> bool:
+        tuner = self._tuner
+        assert tuner is not None
+        result = meter.result(len(tuner.results), tuner.settings.target_spread, self._span_s)
+        tuner.feed(result, meter.mean_step_s())
+        self._publish_step(tuner.results[-1], meter)
+        nxt = None if last else tuner.next()
+        self._switch_t = time.perf_counter()
+        if nxt is None:
+            self._settle()
+            return self.choice != config  # keep the running iterator when it already has the choice
+        # _open sets the skip of a fresh iterator; a finalist measured again right away keeps the running one.
+        self._meter = Meter(nxt, skip=0, pids=meter.pids if nxt == config else ())
+        return nxt != config  # a finalist measured again right away needs no restart
+
+    # -- settled, or stepped aside: plain epochs ----------------------------------------------------------------
+
+    def _plain_epoch(self, epoch: int) -> Iterator[Any]:
+        loader = self._loader_now()
+        began = time.perf_counter()
+        it = iter(loader)
+        self._guard(self._announce, epoch, it, self.choice, True)
+        batches, first, complete = 0, None, False
+        size = getattr(loader, "batch_size", None) or 1
+        try:
+            while True:
+                t0 = time.perf_counter()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    complete = True
+                    break
+                got = time.perf_counter()
+                first = first if first is not None else got - began
+                batches += 1
+                yield batch
+                self._after_step(t0, got, size, began, None)
+        finally:
+            if not getattr(loader, "persistent_workers", False):  # persistent ones live on, as the user asked
+                shutdown(it)
+            self._guard(self._ended, epoch, batches, time.perf_counter() - began, first, complete)
+
+    def _loader_now(self) -> Any:
+        if self._state != "settled" or self.choice is None:
+            return self.loader
+        if self._final is None:
+            try:
+                self._final = final_loader(self.loader, self.choice)
+            except Exception as exc:
+                self._aside(exc)
+                return self.loader
+        return self._final
+
+    # -- settling, publishing, failures ------------------------------------------------------------------------
+
+    def _settle(self) -> None:
+        tuner = self._tuner
+        assert tuner is not None
+        choice = tuner.choice(current_config(self.loader))
+        self.tuning_s += time.perf_counter() - self._epoch_began
+        self._state = "settled"
+        self._meter = None
+        self.choice, self.reason, self.snippet = choice.config, choice.reason, choice.snippet
+        self._publish_choice(choice, len(tuner.results))
+        measured = len(tuner.results)
+        switches = sum(step.switch_s for step in self.trace)
+        print(
+            f"loadertop.tune: chose {choice.config.label()} after {measured} configurations in {self.tuning_s:.1f}"
+            f" s of training ({switches:.1f} s of it switching loaders): {choice.reason}\n  {choice.snippet}",
+            file=sys.stderr,
+        )
+
+    def _publish_step(self, result: Any, meter: Meter) -> None:
+        message = TuneStep(
+            t=self._pub.now() if self._pub is not None else 0.0,
+            loader=self._loader_id,
+            config=result.config,
+            batches=meter.batches,
+            samples_per_s=result.samples_per_s,
+            stall_fraction=result.stall_fraction,
+            wait_ms_p95=result.wait_ms_p95,
+            switch_s=meter.switch_s,
+            message=step_message(result, meter.switch_s),
+        )
+        self.trace.append(message)
+        log.debug("loadertop.tune: %s", message.message)
+        if self._pub is not None:
+            self._pub.append_trace(message)
+
+    def _publish_choice(self, choice: Choice, trials: int) -> None:
+        if self._pub is None:
+            return
+        message = TuneChose(
+            t=self._pub.now(),
+            loader=self._loader_id,
+            config=choice.config,
+            samples_per_s=choice.samples_per_s,
+            reason=choice.reason,
+            snippet=choice.snippet,
+            tuning_s=self.tuning_s,
+            trials=trials,
+        )
+        self._pub.append_trace(message)
+
+    def _announce(self, epoch: int, it: Iterator[Any], config: TrialConfig | None, first: bool) -> None:
+        pids = worker_pids(it)
+        if first and self._recorder is not None:
+            self._recorder.epoch_started(epoch, pids, config)
+        elif self._pub is not None:  # a switch inside the epoch: its new workers
+            self._pub.send(JobWorkers(t=self._pub.now(), loader=self._loader_id, pids=pids, config=config))
+
+    def _ended(self, epoch: int, batches: int, seconds: float, first: float | None, complete: bool) -> None:
+        if self._recorder is not None:
+            self._recorder.epoch_ended(epoch, batches, seconds, first, complete)
+
+    def _guard(self, fn: Any, *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._aside(exc)
+
+    def _aside(self, exc: BaseException) -> None:
+        """An internal failure: log once, stop tuning, and use the user's own loader configuration from here on."""
+        if self._state != "aside":
+            log.warning(
+                "loadertop.tune: internal error (%s: %s); continuing with your loader as it is", type(exc).__name__, exc
+            )
+        self._state = "aside"
+        self._meter = None
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:
+        return False

@@ -1,0 +1,161 @@
+"""Measuring one configuration inside the training loop: by the real step, not an emulated one.
+
+Per batch handed out: the wait in next() and the step (from the batch handed out to the next next() call). The
+start-up buffer of each fresh iterator is skipped (it would count start-up as steady throughput); what switching
+cost (from the switch to the first batch) is kept apart.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.results import TrialResult
+
+MIN_BATCHES = 6  # fewer measured batches say nothing about a configuration
+MAX_BATCHES = 400  # enough batches: stop even before the span is reached (fast steps)
+BLOCKS = 6  # the measured span splits into this many blocks for the spread
+MB = 1024.0 * 1024.0
+
+
+@dataclass
+class Meter:
+    """One configuration's measurement, possibly across several iterators (an epoch ended mid-measurement)."""
+
+    config: TrialConfig
+    skip: int  # batches of the current iterator still to skip (its start-up buffer)
+    switch_s: float = 0.0  # from the switch to its first batch: shutting the old workers, starting the new
+    first_batch_s: float | None = None
+    skipped: int = 0
+    waits: list[float] = field(default_factory=list)
+    steps: list[float] = field(default_factory=list)
+    samples: list[int] = field(default_factory=list)
+    pids: tuple[int, ...] = ()  # the current iterator's workers
+    _cpu0: tuple[float, float] | None = None  # (wall, CPU seconds of the job and its workers) at the span's start
+    _cpu_ok: bool = True  # False once the span crossed iterators (the old workers' CPU time is gone)
+
+    def restart(self, skip: int) -> None:
+        """A fresh iterator of the same configuration (a new epoch): skip its start-up buffer too."""
+        self.skip = skip
+        self._cpu_ok = self._cpu_ok and not self.waits
+
+    def add(self, wait_s: float, step_s: float, samples: int) -> None:
+        if self.skip > 0:
+            self.skip -= 1
+            self.skipped += 1
+            return
+        if not self.waits and self._cpu_ok:
+            cpu = _cpu_seconds(self.pids)
+            self._cpu0 = (time.perf_counter(), cpu) if cpu is not None else None
+        self.waits.append(wait_s)
+        self.steps.append(step_s)
+        self.samples.append(samples)
+
+    @property
+    def batches(self) -> int:
+        return len(self.waits)
+
+    @property
+    def measured_s(self) -> float:
+        return sum(self.waits) + sum(self.steps)
+
+    def done(self, span_s: float) -> bool:
+        n = self.batches
+        return n >= MIN_BATCHES and (self.measured_s >= span_s or n >= MAX_BATCHES)
+
+    def mean_step_s(self) -> float | None:
+        return sum(self.steps) / len(self.steps) if self.steps else None
+
+    def result(self, index: int, target_spread: float, span_s: float) -> TrialResult:
+        """The TrialResult the planner reads; status "failed" when the budget cut it before half its span: a
+        short lucky window must not win the choice."""
+        total = self.measured_s
+        if not self.done(span_s / 2) or total <= 0:
+            error = f"cut by the budget after {self.batches} batches ({total:.1f} s): too little to compare"
+            return TrialResult(index, self.config, "failed", error=error, first_batch_s=self.first_batch_s)
+        spread = _spread(self.waits, self.steps, self.samples)
+        waits_ms = sorted(w * 1000.0 for w in self.waits)
+        uss, pss = _memory(self.pids)
+        return TrialResult(
+            index=index,
+            config=self.config,
+            status="ok",
+            samples_per_s=sum(self.samples) / total,
+            batches_per_s=self.batches / total,
+            spread=spread,
+            first_batch_s=self.first_batch_s,
+            stall_fraction=sum(self.waits) / total,
+            blocks=min(BLOCKS, self.batches),
+            measured_s=total,
+            warmup_batches=self.skipped,
+            stable=spread is not None and spread <= target_spread,
+            wait_ms_p50=_quantile(waits_ms, 0.50),
+            wait_ms_p95=_quantile(waits_ms, 0.95),
+            wait_ms_p99=_quantile(waits_ms, 0.99),
+            reason="measured by the training step",
+            cpu_percent=self._cpu_percent(),
+            worker_uss_mb=uss,
+            total_pss_mb=pss,
+        )
+
+    def _cpu_percent(self) -> float | None:
+        """CPU of the job's process and its workers over the span, in percent of one CPU (the planner's notes)."""
+        cpu = _cpu_seconds(self.pids) if self._cpu_ok and self._cpu0 is not None else None
+        if cpu is None or self._cpu0 is None:
+            return None
+        wall = time.perf_counter() - self._cpu0[0]
+        return 100.0 * (cpu - self._cpu0[1]) / wall if wall > 0 else None
+
+
+def _cpu_seconds(pids: tuple[int, ...]) -> float | None:
+    try:
+        times = [psutil.Process(pid).cpu_times() for pid in (os.getpid(), *pids)]
+    except (psutil.Error, OSError):
+        return None
+    return sum(t.user + t.system for t in times)
+
+
+def _memory(pids: tuple[int, ...]) -> tuple[tuple[float, ...], float | None]:
+    """Each worker's USS and the PSS of the job and its workers, at the end of the span: the planner's memory
+    budget stops the climb before the workers would take the memory the training needs. Empty when unreadable."""
+    try:
+        infos = [psutil.Process(pid).memory_full_info() for pid in (os.getpid(), *pids)]
+    except (psutil.Error, OSError, AttributeError):
+        return (), None
+    pss = [getattr(info, "pss", None) for info in infos]
+    total = sum(p for p in pss if p is not None) / MB if all(p is not None for p in pss) else None
+    return tuple(info.uss / MB for info in infos[1:]), total
+
+
+def _spread(waits: list[float], steps: list[float], samples: list[int]) -> float | None:
+    """IQR / median of block throughput (max − min over the median with fewer than 4 blocks)."""
+    n = len(waits)
+    blocks = min(BLOCKS, n // 2)
+    if blocks < 2:
+        return None
+    rates = []
+    for b in range(blocks):
+        lo, hi = b * n // blocks, (b + 1) * n // blocks
+        seconds = sum(waits[lo:hi]) + sum(steps[lo:hi])
+        if seconds > 0:
+            rates.append(sum(samples[lo:hi]) / seconds)
+    if len(rates) < 2:
+        return None
+    mid = statistics.median(rates)
+    if mid <= 0:
+        return None
+    if len(rates) >= 4:
+        q = statistics.quantiles(rates, n=4)
+        return (q[2] - q[0]) / mid
+    return (max(rates) - min(rates)) / mid
+
+
+def _quantile(sorted_values: list[float], q: float) -> float | None:
+    if not sorted_values:
+        return None
+    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
