@@ -23,7 +23,6 @@ def run(sweep: FakeSweep, state: SweepState, only: bool = False) -> SweepState:
     return state
 
 
-
 def test_a_whole_sweep_fills_rows_traces_and_the_result(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path)
     state = run(factory(SETTINGS, None, None), SweepState())
