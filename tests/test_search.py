@@ -203,6 +203,21 @@ def test_usl_moves_the_next_rung_to_its_predicted_peak():
     assert planner.usl is not None and planner.usl.peak_workers == pytest.approx(5.7, abs=0.1)
 
 
+def test_a_trusted_fit_past_its_peak_stops_the_climb():
+    # Issue 12: a USL fit with R² = 1.00 put the peak at 15.6 workers, 16 had been measured, and the climb still
+    # went on to 32 and (32 never settling) to 64, the dearest trials of the sweep. λ=100, α=0.02, β=0.004: N*=15.65.
+    def contended(config: TrialConfig, run: int) -> dict[str, Any]:
+        n = config.num_workers
+        x = 90.0 if n == 0 else 100.0 * n / (1 + 0.02 * (n - 1) + 0.004 * n * (n - 1))
+        return {"samples_per_s": x, "stable": n < 32, "spread": 0.02 if n < 32 else 0.2}
+
+    planner = AdaptivePlanner(settings(workers=tuple(range(65))))
+    counts = workers(drive(planner, contended))
+    assert counts[:6] == [0, 1, 2, 4, 8, 16] and max(counts) == 16  # was 0, 1, 2, 4, 8, 16, 32, 64
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "puts the peak at N*=15.7, at or below 16 workers" in stop.message
+
+
 def test_a_peak_between_the_best_rung_and_a_slower_one_above_is_found():
     # The image pipeline on 2 cores, as measured: 2 workers 386/s, 3 workers 404/s, 4 workers 345/s. The ladder
     # 0, 1, 2, 4 skips 3; 4 is slower beyond the noise, so the peak lies between 2 and 4.

@@ -1,15 +1,13 @@
 """Search strategies: which configuration to measure next, given what has been measured.
 
 What a planner is asked, and the plain planners (the grid, a row rerun), are in planners.py; the rungs of the
-ladder in rungs.py.
-
-The adaptive search, in order:
+ladder in rungs.py. The adaptive search, in order:
 
 1. climb a geometric ladder of num_workers (0, 1, 2, 4, 8, ...) on the first value of every other knob, and stop
    when a rung gains less than the noise band over the best rung below it, when a rung is within noise of the
-   ceiling, when a rung fails (a guard or a fault says no), or at the top of the range or the memory budget.
-   The USL fitted to the rungs so far may move the next rung closer: to its predicted peak N*, or to where it
-   predicts the ceiling is reached, when that comes before the next doubling;
+   ceiling, when a trusted USL fit over four rungs or more puts the peak at or below the rung, when a rung fails
+   (a guard or a fault says no), or at the top of the range or the memory budget. The fit may also move the next
+   rung closer: to its predicted peak N*, or to where it predicts the ceiling is reached;
 2. refine by bisection between the cheapest rung within noise of the best and the rung below it (the answer,
    "cheapest within the noise band of the best", lies between them); then between the best rung and the rung
    above it when that one was slower beyond the noise (the peak lies between them: 2 → 4 skips 3);
@@ -27,7 +25,7 @@ from loadertop.core.engine.band import choose, finished, merge_repeats, noise_ba
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.rungs import at_least, ladder, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
-from loadertop.core.engine.usl import fit_usl, trusted, workers_to_reach
+from loadertop.core.engine.usl import fit_usl, past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
@@ -74,7 +72,8 @@ class AdaptivePlanner:
         self._all_ceilings: tuple[Ceiling, ...] = ()
         self._mem_budget_mb: float | None = None
         self._cpus: int | None = None
-        self._patient = False  # the one extra rung past an unsettled plateau has been spent
+        self._rungs: dict[int, TrialConfig] = {}
+        self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
             self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
@@ -167,6 +166,7 @@ class AdaptivePlanner:
             return f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
         if n < self.counts[-1] and (stop := transport_stop(self._all_ceilings, t, self.tol, head)):
             return stop
+        past = past_peak(self._fit(), n) if n < self.counts[-1] else None
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
         if n >= 1 and below:
             prev = max(below, key=sps)
@@ -187,6 +187,9 @@ class AdaptivePlanner:
                     f"stopped climbing: {head}, {_signed(gain)} over {workers(prev.config.num_workers)} "
                     f"({sps(prev):.0f}), less than the {pct(band)} noise band{flat}"
                 )
+            self._patient = False  # a new gain: the next plateau gets its own extra rung
+        if past:
+            return f"stopped climbing: {head}; {past}"
         if n >= self.counts[-1]:
             return f"stopped climbing: {head}, the top of the range, still gaining"
         return None
@@ -391,11 +394,13 @@ class AdaptivePlanner:
 
     def _at(self, n: int) -> TrialConfig:
         """The configuration with `n` workers and the climb's other knobs (the matching 0-worker one for 0)."""
-        template = self._template
-        assert template is not None
-        same = [c for c in self.space if c.num_workers == n]
-        names = [f.name for f in dataclasses.fields(TrialConfig) if f.name != "num_workers"]
-        return max(same, key=lambda c: sum(getattr(c, k) == getattr(template, k) for k in names))
+        if n not in self._rungs:  # cached: the range may hold a thousand counts, and _curve asks for each
+            template = self._template
+            assert template is not None
+            same = [c for c in self.space if c.num_workers == n]
+            names = [f.name for f in dataclasses.fields(TrialConfig) if f.name != "num_workers"]
+            self._rungs[n] = max(same, key=lambda c: sum(getattr(c, k) == getattr(template, k) for k in names))
+        return self._rungs[n]
 
     def _result(self, config: TrialConfig) -> TrialResult:
         return next(t for t in reversed(self._done) if t.config == config)
