@@ -173,8 +173,10 @@ class AdaptivePlanner:
             band = noise_band(self.tol, t, prev)
             gain = x / sps(prev) - 1.0 if sps(prev) > 0 else math.inf
             if gain < band:
-                if not t.stable and not self._patient and n < self.counts[-1]:
-                    # Its spread never settled (a busy machine, a short budget): one rung more before concluding.
+                # Its spread never settled (a busy machine, a short budget): one rung more before concluding; not
+                # when a trusted fit puts the peak here and the reading is steady, only short of blocks.
+                steady_past = past and (t.spread or 0.0) <= self.tol
+                if not t.stable and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
                     self._note(
                         "climb",
@@ -301,6 +303,9 @@ class AdaptivePlanner:
             if within_band(h, best, self.tol):
                 return  # flat above the best: nothing between them can beat it by more than the noise
             fit = self._fit()
+            if past := past_peak(fit, b):
+                self._note("refine", f"no bisection above {workers(b)}, the best rung: {past}")
+                return
             target, why = (b + n_h) / 2, "bisect at"
             if fit is not None and trusted(fit) and fit.peak_workers is not None and b < fit.peak_workers < n_h:
                 target, why = fit.peak_workers, f"the USL puts the peak at N*={fit.peak_workers:.1f}: try"

@@ -105,7 +105,8 @@ def past_peak(fit: UslFit | None, n: int) -> str | None:
     """Why the climb stops at `n` workers when a trusted fit that includes that rung puts the peak at or below it:
     every rung above is predicted slower, and trials past a peak are the dearest (start-up grows with workers).
     None otherwise."""
-    if fit is None or not trusted(fit) or fit.points < PEAK_POINTS or (fit.peak_workers or math.inf) > n:
+    # n + 0.5: the climb measures the fit's peak at round(N*), which may fall just short of it
+    if fit is None or not trusted(fit) or fit.points < PEAK_POINTS or (fit.peak_workers or math.inf) > n + 0.5:
         return None
     return (
         f"a trusted USL fit (R²={fit.r2:.2f}, {fit.points} rungs) puts the peak at N*={fit.peak_workers:.1f}, "
