@@ -481,3 +481,36 @@ def test_rule_notes_say_what_each_knee_rule_found_and_which_chose():
     assert "kneedle rule's" in notes[0] and notes[1] == "USL fit: ..."
     flat = rule_notes(Knee(None, "flat", "no clear knee: flat within 2%"), None, 0.05)
     assert flat == ["knee: none marked (flat): no clear knee: flat within 2%"]
+
+
+def test_real_contended_curve_finds_the_peak_region_and_does_not_climb_to_the_top(
+    runs: Path, no_leftovers: None
+) -> None:
+    from loadertop.core.datasets.synthetic import parse_synthetic
+    from loadertop.core.engine.driver import Sweep
+
+    # Workers contend as a big machine's do (USL σ=0.02, κ=0.00245: the peak at 20 workers, falling after it) while
+    # only sleeping, so the curve shows on 2 cores. The range goes to 40: a search that ignored the peak would climb
+    # there (40 workers take seconds to start on 2 cores).
+    options = "cpu_ms=0,io_ms=10,kb=1,contention=0.02,coherency=0.00245"
+    spec = parse_synthetic(options)
+    model = {n: n / spec.wait_s(n) for n in range(1, 41)}
+    s = Settings(
+        dataset=f"synthetic:{options}",
+        workers=tuple(range(0, 41)),
+        batch_sizes=(8,),
+        trial_seconds=0.8,
+        block_seconds=0.15,
+        interval=0.2,
+        start_methods=("fork",),
+        search="adaptive",
+    )
+    sweep = Sweep(s, out_dir=runs)
+    list(sweep.events())
+    result = sweep.result
+    assert result is not None and result.recommendation is not None
+    counts = [t.config.num_workers for t in result.trials]
+    assert max(counts) < 40, counts  # stopped near the peak, not at the top of the range
+    chosen = result.recommendation.config.num_workers
+    assert model[chosen] >= 0.9 * max(model.values()), (chosen, counts)  # 13-33 workers are the peak region
+    assert len(result.trials) <= 12
