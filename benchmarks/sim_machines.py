@@ -139,7 +139,7 @@ class Model:
 
 def draw(family: str, cpus: int, seed: int, *, top: int | None = None, method: str = "fork") -> Model:
     """One case: the family's parameters, the noise and the drift, from the seed."""
-    rng = random.Random(f"{family}/{cpus}/{seed}/{top}/{method}")
+    rng = random.Random(f"{family}/{cpus}/{seed}/{top}")  # not the start method: fork and spawn see one case
     top = top if top is not None else max(64, 4 * cpus)  # config.adaptive_cap: what --workers auto gives
     model = Model(
         family=family,

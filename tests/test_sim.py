@@ -52,7 +52,7 @@ def test_the_search_beats_the_rules_of_thumb_and_matches_the_coarse_grid(outcome
 @pytest.mark.parametrize("family", ["cpu-bound", "io-bound", "consumer-bound", "retrograde"])
 def test_shapes_the_search_handles(outcomes: list[sim_bench.Outcome], family: str) -> None:
     s = sim_bench.summary(rows(outcomes, "adaptive", family=family))
-    assert s["acc_med"] >= 0.97 and s["acc_p10"] >= 0.85 and s["cost_med"] <= 0.10
+    assert s["acc_med"] >= 0.95 and s["acc_p10"] >= 0.85 and s["cost_med"] <= 0.10
 
 
 def test_big_machines_cost_a_few_percent_of_the_grid(outcomes: list[sim_bench.Outcome]) -> None:
