@@ -51,6 +51,7 @@ class Model:
     mem_available_mb: float = 1e7
     ceiling: float | None = None
     clock_s: float = 0.0  # simulated time: the drift follows it
+    _best: float | None = None
 
     def true(self, n: int) -> float:
         """The true samples/s at n workers."""
@@ -77,7 +78,9 @@ class Model:
         return self.pss(n) <= self.budget_mb()
 
     def best(self) -> float:
-        return max(self.true(n) for n in range(self.top + 1) if self.feasible(n))
+        if self._best is None:  # asked once per trial of the grid: computed once
+            self._best = max(self.true(n) for n in range(self.top + 1) if self.feasible(n))
+        return self._best
 
     def startup_s(self, n: int) -> float:
         if n == 0:
