@@ -174,7 +174,7 @@ class AdaptivePlanner:
             if gain < band:
                 # Its spread never settled (a busy machine, a short budget): one rung more before concluding; not
                 # when a trusted fit puts the peak here and the reading is steady, only short of blocks.
-                steady_past = past and (t.spread or 0.0) <= self.tol
+                steady_past = past is not None and (t.spread or 0.0) <= self.tol
                 if not t.stable and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
                     self._note(
