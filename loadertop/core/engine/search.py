@@ -172,8 +172,7 @@ class AdaptivePlanner:
             band = noise_band(self.tol, t, prev)
             gain = x / sps(prev) - 1.0 if sps(prev) > 0 else math.inf
             if gain < band:
-                # Its spread never settled (a busy machine, a short budget): one rung more before concluding; not
-                # when a trusted fit puts the peak here and the reading is steady, only short of blocks.
+                # Unsettled (a busy machine, a short budget): one rung more, unless a trusted peak is here (steady)
                 steady_past = past is not None and (t.spread or 0.0) <= self.tol
                 if not t.stable and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
