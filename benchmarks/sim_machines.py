@@ -51,6 +51,7 @@ class Model:
     mem_available_mb: float = 1e7
     ceiling: float | None = None
     clock_s: float = 0.0  # simulated time: the drift follows it
+    seen: float = 1.0  # share of the run-to-run noise a trial's own spread shows (hidden noise: 0.25)
     _best: float | None = None
 
     def true(self, n: int) -> float:
@@ -117,7 +118,7 @@ class Model:
             return TrialResult(index, config, "skipped", error=error), SKIPPED_S
         wobble = 1.0 + self.drift * math.sin(2 * math.pi * self.clock_s / self.period_s + self.phase)
         x = self.true(n) * wobble * max(0.05, 1.0 + rng.gauss(0.0, self.sigma))
-        spread = self.sigma * rng.uniform(0.6, 1.4)
+        spread = self.seen * self.sigma * rng.uniform(0.6, 1.4)
         stable = spread <= TARGET_SPREAD
         cost = self.startup_s(n) + (SETTLED_S if stable else BUDGET_S)
         self.clock_s += cost
@@ -140,8 +141,11 @@ class Model:
         return result, cost
 
 
-def draw(family: str, cpus: int, seed: int, *, top: int | None = None, method: str = "fork") -> Model:
-    """One case: the family's parameters, the noise and the drift, from the seed."""
+def draw(
+    family: str, cpus: int, seed: int, *, top: int | None = None, method: str = "fork", seen: float = 1.0
+) -> Model:
+    """One case: the family's parameters, the noise and the drift, from the seed. `seen` < 1: the run-to-run noise
+    is mostly hidden from the trial's own spread (load that changes between trials, not within one)."""
     rng = random.Random(f"{family}/{cpus}/{seed}/{top}")  # not the start method: fork and spawn see one case
     top = top if top is not None else max(64, 4 * cpus)  # config.adaptive_cap: what --workers auto gives
     model = Model(
@@ -153,6 +157,7 @@ def draw(family: str, cpus: int, seed: int, *, top: int | None = None, method: s
         drift=rng.uniform(0.0, 0.05),
         period_s=rng.uniform(300.0, 3000.0),
         phase=rng.uniform(0.0, 2 * math.pi),
+        seen=seen,
     )
     p = model.params
     p.update(alpha=0.0, beta=0.0)
