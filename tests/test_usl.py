@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadertop.core.engine.usl import fit_curve, fit_usl, trusted, usl, workers_to_reach
+from loadertop.core.engine.usl import fit_curve, fit_usl, past_peak, trusted, usl, workers_to_reach
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 
@@ -73,3 +73,15 @@ def test_fit_curve_uses_trials_with_workers():
 
     fit = fit_curve([t(0, 50.0), t(1, 100.0), t(2, 190.0), t(4, 340.0)])
     assert fit is not None and fit.points == 3
+
+
+def test_past_peak_needs_a_trusted_fit_over_four_rungs_at_or_past_its_peak():
+    lam, alpha, beta = 100.0, 0.02, 0.004  # N* = 15.65
+    ns = [1, 2, 4, 8, 16]
+    fit = fit_usl(ns, [usl(n, lam, alpha, beta) for n in ns])
+    assert fit is not None and past_peak(fit, 16) is not None and "N*=15.7" in (past_peak(fit, 16) or "")
+    assert past_peak(fit, 8) is None  # the peak lies above the rung: keep climbing
+    three = fit_usl(ns[:3], [usl(n, lam, 0.0, 0.3) for n in ns[:3]])
+    assert three is not None and three.peak_workers is not None and past_peak(three, 4) is None  # 3 rungs: no
+    poor = fit_usl([1, 2, 4, 8, 16], [100.0, 400.0, 120.0, 500.0, 90.0])
+    assert past_peak(poor, 16) is None

@@ -1,5 +1,11 @@
 """The built-in workload: a map-style dataset whose samples cost known CPU work, I/O wait and size.
 
+With `contention` (σ) or `coherency` (κ) set, workers contend the way the Universal Scalability Law says: each
+sample's I/O wait grows with the number of workers N running, io_ms × (1 + σ(N−1) + κN(N−1)), so throughput is
+N / that, which peaks at N* = sqrt((1−σ)/κ) and falls after it. The wait is a sleep, so the curve of a big
+machine's shared disk or lock (peak at 15-30 workers) shows on 2 cores. Each worker reads N from
+torch.utils.data.get_worker_info(); the main process (0 workers) counts as one.
+
 Imported only in runner processes (it needs torch).
 """
 
@@ -9,7 +15,7 @@ import time
 from dataclasses import dataclass, fields
 
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 
 @dataclass(frozen=True)
@@ -22,6 +28,13 @@ class SyntheticSpec:
     io_ms: float = 1.0  # blocked wait per sample, like a read from disk or network
     kb: int = 64  # size of the sample tensor
     fail_at: int = -1  # raise in __getitem__ at this index (fault injection for tests)
+    contention: float = 0.0  # USL σ: share of each sample's wait serialised across workers
+    coherency: float = 0.0  # USL κ: wait added per pair of workers
+
+    def wait_s(self, workers: int) -> float:
+        """One sample's blocked wait with `workers` workers running (the main process counts as one)."""
+        n = max(1, workers)
+        return self.io_ms / 1000 * (1.0 + self.contention * (n - 1) + self.coherency * n * (n - 1))
 
 
 class SyntheticDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -35,8 +48,10 @@ class SyntheticDataset(Dataset[tuple[torch.Tensor, int]]):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         if index == self.spec.fail_at:
             raise RuntimeError(f"synthetic failure at index {index}")
-        if self.spec.io_ms > 0:
-            time.sleep(self.spec.io_ms / 1000)
+        info = get_worker_info()  # per sample, not cached: a process forked from a main that loaded sees its own
+        wait = self.spec.wait_s(info.num_workers if info is not None else 1)
+        if wait > 0:
+            time.sleep(wait)
         burn_cpu(self.spec.cpu_ms / 1000)
         return torch.full((self._elements,), float(index)), index % 10
 
@@ -70,6 +85,8 @@ def parse_synthetic(options: str) -> SyntheticSpec:
     spec = SyntheticSpec(**values)  # type: ignore[arg-type]
     if spec.length < 1:
         raise ValueError("synthetic option length must be at least 1")
-    if spec.cpu_ms < 0 or spec.io_ms < 0 or spec.kb < 0:
-        raise ValueError("synthetic options cpu_ms, io_ms and kb cannot be negative")
+    if min(spec.cpu_ms, spec.io_ms, spec.kb, spec.contention, spec.coherency) < 0:
+        raise ValueError("synthetic options cpu_ms, io_ms, kb, contention and coherency cannot be negative")
+    if spec.contention > 1:
+        raise ValueError("synthetic option contention is a share of the wait: at most 1")
     return spec

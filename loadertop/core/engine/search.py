@@ -1,19 +1,15 @@
 """Search strategies: which configuration to measure next, given what has been measured.
 
-What a planner is asked, and the plain planners (the grid, a row rerun), are in planners.py; the rungs of the
-ladder in rungs.py.
-
-The adaptive search, in order:
-
+What a planner is asked and the plain planners are in planners.py; the rungs in rungs.py. The adaptive search:
 1. climb a geometric ladder of num_workers (0, 1, 2, 4, 8, ...) on the first value of every other knob, and stop
    when a rung gains less than the noise band over the best rung below it, when a rung is within noise of the
-   ceiling, when a rung fails (a guard or a fault says no), or at the top of the range or the memory budget.
-   The USL fitted to the rungs so far may move the next rung closer: to its predicted peak N*, or to where it
-   predicts the ceiling is reached, when that comes before the next doubling;
+   ceiling, when a trusted USL fit over four rungs or more puts the peak at or below the rung, when a rung fails
+   (a guard or a fault says no), or at the top of the range or the memory budget. The fit may move the next rung
+   closer: to its predicted peak N*, or to where it predicts the ceiling is reached;
 2. refine by bisection between the cheapest rung within noise of the best and the rung below it (the answer,
    "cheapest within the noise band of the best", lies between them); then between the best rung and the rung
-   above it when that one was slower beyond the noise (the peak lies between them: 2 → 4 skips 3);
-3. only then try the other knobs' values (batch size, prefetch, pin_memory, ...) one at a time at the choice;
+   above it when that one was slower beyond the noise (2 → 4 skips 3), unless the trusted fit puts the peak at
+   the best rung; 3. then the other knobs' values (batch size, prefetch, ...) one at a time at the choice;
 4. measure the finalists again (the choice and its closest rival) so the decision rests on two runs each.
 """
 
@@ -27,7 +23,7 @@ from loadertop.core.engine.band import choose, finished, merge_repeats, noise_ba
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.rungs import at_least, ladder, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
-from loadertop.core.engine.usl import fit_usl, trusted, workers_to_reach
+from loadertop.core.engine.usl import fit_usl, past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
@@ -74,7 +70,9 @@ class AdaptivePlanner:
         self._all_ceilings: tuple[Ceiling, ...] = ()
         self._mem_budget_mb: float | None = None
         self._cpus: int | None = None
-        self._patient = False  # the one extra rung past an unsettled plateau has been spent
+        self._rungs: dict[int, tuple[int, TrialConfig]] = {}  # per count: the climb's configuration (and score)
+        self._fitted: tuple[tuple[int, float], ...] | None = None
+        self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
             self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
@@ -167,14 +165,16 @@ class AdaptivePlanner:
             return f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
         if n < self.counts[-1] and (stop := transport_stop(self._all_ceilings, t, self.tol, head)):
             return stop
+        past = past_peak(self._fit(), n) if n < self.counts[-1] else None
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
         if n >= 1 and below:
             prev = max(below, key=sps)
             band = noise_band(self.tol, t, prev)
             gain = x / sps(prev) - 1.0 if sps(prev) > 0 else math.inf
             if gain < band:
-                if not t.stable and not self._patient and n < self.counts[-1]:
-                    # Its spread never settled (a busy machine, a short budget): one rung more before concluding.
+                # Unsettled (a busy machine, a short budget): one rung more, unless a trusted peak is here (steady)
+                steady_past = past is not None and (t.spread or 0.0) <= self.tol
+                if not t.stable and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
                     self._note(
                         "climb",
@@ -187,6 +187,9 @@ class AdaptivePlanner:
                     f"stopped climbing: {head}, {_signed(gain)} over {workers(prev.config.num_workers)} "
                     f"({sps(prev):.0f}), less than the {pct(band)} noise band{flat}"
                 )
+            self._patient = False  # a new gain: the next plateau gets its own extra rung
+        if past:
+            return f"stopped climbing: {head}; {past}"
         if n >= self.counts[-1]:
             return f"stopped climbing: {head}, the top of the range, still gaining"
         return None
@@ -298,6 +301,9 @@ class AdaptivePlanner:
             if within_band(h, best, self.tol):
                 return  # flat above the best: nothing between them can beat it by more than the noise
             fit = self._fit()
+            if past := past_peak(fit, b):
+                self._note("refine", f"no bisection above {workers(b)}, the best rung: {past}")
+                return
             target, why = (b + n_h) / 2, "bisect at"
             if fit is not None and trusted(fit) and fit.peak_workers is not None and b < fit.peak_workers < n_h:
                 target, why = fit.peak_workers, f"the USL puts the peak at N*={fit.peak_workers:.1f}: try"
@@ -391,11 +397,15 @@ class AdaptivePlanner:
 
     def _at(self, n: int) -> TrialConfig:
         """The configuration with `n` workers and the climb's other knobs (the matching 0-worker one for 0)."""
-        template = self._template
-        assert template is not None
-        same = [c for c in self.space if c.num_workers == n]
-        names = [f.name for f in dataclasses.fields(TrialConfig) if f.name != "num_workers"]
-        return max(same, key=lambda c: sum(getattr(c, k) == getattr(template, k) for k in names))
+        if not self._rungs:  # once: the range may hold a thousand counts, and _curve asks for each
+            template = self._template
+            assert template is not None
+            names = [f.name for f in dataclasses.fields(TrialConfig) if f.name != "num_workers"]
+            for c in self.space:
+                score = sum(getattr(c, k) == getattr(template, k) for k in names)
+                if score > self._rungs.get(c.num_workers, (-1, c))[0]:
+                    self._rungs[c.num_workers] = (score, c)
+        return self._rungs[n][1]
 
     def _result(self, config: TrialConfig) -> TrialResult:
         return next(t for t in reversed(self._done) if t.config == config)
@@ -405,13 +415,15 @@ class AdaptivePlanner:
 
     def _curve(self) -> list[TrialResult]:
         """The climb's finished points, one per worker count (repeats merged), sorted by workers."""
-        group = {self._at(n) for n in self.counts}
+        self._at(self.counts[0])
+        group = {c for _, c in self._rungs.values()}
         ok = [t for t in self._done if t.config in group and t.status == "ok" and t.samples_per_s is not None]
         return sorted(merge_repeats(ok), key=lambda t: t.config.num_workers)
 
     def _fit(self) -> UslFit | None:
-        curve = [t for t in self._curve() if t.config.num_workers >= 1]
-        self.usl = fit_usl([t.config.num_workers for t in curve], [sps(t) for t in curve])
+        points = tuple((t.config.num_workers, sps(t)) for t in self._curve() if t.config.num_workers >= 1)
+        if points != self._fitted:  # the same points give the same fit: asked several times per trial
+            self._fitted, self.usl = points, fit_usl([n for n, _ in points], [x for _, x in points])
         return self.usl
 
     def _flat(self) -> str:

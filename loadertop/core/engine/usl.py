@@ -20,6 +20,7 @@ from loadertop.core.model.results import TrialResult, UslFit
 
 MIN_POINTS = 3  # three parameters: fewer points would fit anything
 GOOD_R2 = 0.9  # below this the fit is shown but not trusted to choose the next rung
+PEAK_POINTS = 4  # a fit's peak stops the climb only when it rests on this many rungs: three fit any rise-and-fall
 BETA_ZERO = 1e-7  # below this β is zero within what the data can tell apart
 ALPHA_ZERO = 1e-3  # below this α is zero: the curve is still a straight line
 
@@ -98,6 +99,19 @@ def describe(lam: float, alpha: float, beta: float, peak_n: float | None, peak_x
 
 def trusted(fit: UslFit | None) -> bool:
     return fit is not None and fit.r2 >= GOOD_R2
+
+
+def past_peak(fit: UslFit | None, n: int) -> str | None:
+    """Why the climb stops at `n` workers when a trusted fit that includes that rung puts the peak at or below it:
+    every rung above is predicted slower, and trials past a peak are the dearest (start-up grows with workers).
+    None otherwise."""
+    # n + 0.5: the climb measures the fit's peak at round(N*), which may fall just short of it
+    if fit is None or not trusted(fit) or fit.points < PEAK_POINTS or (fit.peak_workers or math.inf) > n + 0.5:
+        return None
+    return (
+        f"a trusted USL fit (R²={fit.r2:.2f}, {fit.points} rungs) puts the peak at N*={fit.peak_workers:.1f}, "
+        f"at or below {n} workers: every rung above is predicted slower"
+    )
 
 
 def workers_to_reach(fit: UslFit, target: float, limit: int) -> int | None:
