@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -163,7 +164,8 @@ def attach_main(argv: list[str]) -> int:
     target: int | str | None = args.target
     if isinstance(target, str) and target.strip().isdigit():
         target = int(target)
-    try:
+
+    def run() -> int:
         if not args.interval > 0:
             raise UsageError(f"--interval {args.interval:g}: must be more than 0 seconds")
         check_writable(args.json, "--json")  # appended to: an existing file is fine
@@ -171,22 +173,28 @@ def attach_main(argv: list[str]) -> int:
             from loadertop.headless_attach import run_attach_headless
 
             return run_attach_headless(target, interval=args.interval, json_path=args.json)
-        try:
-            from loadertop.tui import run_attach  # type: ignore[attr-defined]
-        except ImportError:  # a build without the attach screen: the lines still work
-            from loadertop.headless_attach import run_attach_headless as run_attach
-        return int(run_attach(target, interval=args.interval, json_path=args.json))
+        from loadertop.tui import run_attach
+
+        return run_attach(target, interval=args.interval, json_path=args.json)
+
+    return one_line_errors("loadertop attach", args.debug, run)
+
+
+def one_line_errors(prog: str, debug: bool, run: Callable[[], int]) -> int:
+    """Run a command: bad input is one line and exit 2, Ctrl-C is 130, a bug one line and 1 (--debug: raise)."""
+    try:
+        return run()
     except UsageError as exc:  # AttachError included
-        if args.debug:
+        if debug:
             raise
-        print(f"loadertop attach: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
-        if args.debug:
+        if debug:
             raise
-        print(f"loadertop attach: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
+        print(f"{prog}: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
         return EXIT_BUG
 
 
@@ -195,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "attach":
         return attach_main(argv[1:])
     args = build_parser().parse_args(argv)
-    try:
+
+    def run() -> int:
         settings = settings_from_args(args)
         check_writable(args.json, "--json")
         check_writable(args.csv, "--csv")
@@ -215,15 +224,5 @@ def main(argv: list[str] | None = None) -> int:
         return run_tui(
             settings, out_dir=args.out, previous=previous, resume=kept, json_path=args.json, csv_path=args.csv
         )
-    except UsageError as exc:
-        if args.debug:
-            raise
-        print(f"loadertop: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
-    except Exception as exc:
-        if args.debug:
-            raise
-        print(f"loadertop: internal error: {type(exc).__name__}: {exc} (rerun with --debug)", file=sys.stderr)
-        return EXIT_BUG
+
+    return one_line_errors("loadertop", args.debug, run)
