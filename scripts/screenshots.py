@@ -2,16 +2,20 @@
 
     python scripts/screenshots.py                 # screenshots/{running,done}-{120x40,80x24}.svg
     python scripts/screenshots.py --step-ms 0     # a loader-bound picture instead
-    python scripts/screenshots.py --attach        # screenshots/attach-{120x40,80x24}.svg only, from a fake job
+    python scripts/screenshots.py --attach        # screenshots/attach-{120x40,80x24}.svg only, of a real job
 
 The app is built by the same `make_app` as the CLI and the tests; only the terminal is virtual. The attach
-pictures are the attach app fed the deterministic demo stream (a watched job whose worker w2 leaks), not a real job.
+pictures are the attach app on a real training job (examples/train_watch.py --leak: 4 persistent workers reading a
+list of dicts), attached through the engine's `open_session` as `loadertop attach PID` does, after a minute.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,10 +27,10 @@ sys.path.insert(0, str(ROOT))
 
 from textual.pilot import Pilot  # noqa: E402
 
+from loadertop.core.engine import open_session  # noqa: E402
 from loadertop.core.model.config import Settings  # noqa: E402
 from loadertop.tui.app import LoadertopApp, make_app  # noqa: E402
 from loadertop.tui.attach.app import AttachApp  # noqa: E402
-from loadertop.tui.attach.demo import FakeSession, demo_stream  # noqa: E402
 
 SIZES = ((120, 40), (80, 24))
 
@@ -51,15 +55,28 @@ async def shoot(app: LoadertopApp | AttachApp, pilot: Pilot, out: Path, name: st
     await pilot.resize_terminal(*SIZES[0])
 
 
-async def attach(out: Path) -> int:
-    """The attach view at 40 intervals of the demo stream (an epoch every 20 s, a leak warning from interval 10)."""
-    stream = demo_stream(40)
-    session = FakeSession(stream)
-    app = AttachApp(opener=lambda target: session, jobs=list, interval=2.0, session=session)
-    async with app.run_test(size=SIZES[0]) as pilot:
-        await until(pilot, lambda: app.state.count == len(stream), timeout=30)
-        await shoot(app, pilot, out, "attach")
-        await pilot.press("q")
+async def attach(out: Path, seconds: float = 60.0) -> int:
+    """The attach view of a real job whose workers grow by copy-on-read, `seconds` after attaching."""
+    jobs = Path(tempfile.mkdtemp(prefix="lt", dir="/tmp"))
+    os.environ["LOADERTOP_JOBS_DIR"] = str(jobs)
+    cmd = [sys.executable, str(ROOT / "examples" / "train_watch.py"), "--epochs", "100", "--workers", "4", "--leak",
+           "--persistent-workers"]  # fmt: skip
+    job = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (jobs / str(job.pid) / "sock").exists():
+            if time.monotonic() > deadline or job.poll() is not None:
+                raise SystemExit("screenshots: the example job never became watchable")
+            time.sleep(0.5)
+        session = open_session(job.pid, interval=2.0)
+        app = AttachApp(opener=open_session, jobs=list, interval=2.0, session=session)
+        async with app.run_test(size=SIZES[0]) as pilot:
+            await until(pilot, lambda: app.state.count >= seconds / 2.0, timeout=seconds * 3)
+            await shoot(app, pilot, out, "attach")
+            await pilot.press("q")
+    finally:
+        os.killpg(job.pid, signal.SIGTERM)
+        job.wait(30)
     return 0
 
 
@@ -107,5 +124,5 @@ if __name__ == "__main__":
     parser.add_argument("--step-ms", type=float, default=20.0, help="emulated training step per batch")
     parser.add_argument("--trial-seconds", type=float, default=6.0)
     parser.add_argument("--theme", default=None, help="light for the light theme")
-    parser.add_argument("--attach", action="store_true", help="only the attach view, from a fake job's stream")
+    parser.add_argument("--attach", action="store_true", help="only the attach view, of a real job")
     raise SystemExit(asyncio.run(main(parser.parse_args())))
