@@ -25,7 +25,7 @@ from typing import Protocol
 
 import loadertop
 from loadertop.core.job.fanout import Fanout
-from loadertop.core.model.jobs import JOB_FILE, SOCKET_FILE, TUNE_FILE, job_dir, remove_job_dir
+from loadertop.core.model.jobs import JOB_FILE, SOCKET_FILE, TUNE_FILE, job_dir, kept_trace, remove_job_dir
 from loadertop.core.model.live_protocol import (
     LIVE_PROTOCOL_VERSION,
     JobBye,
@@ -193,6 +193,8 @@ class Publisher:
                 sock.close()
         with contextlib.suppress(OSError):
             (self.folder / (JOB_FILE + ".tmp")).unlink()
+        with contextlib.suppress(OSError):  # tune's trace outlives the job, beside the job folders
+            (self.folder / TUNE_FILE).replace(kept_trace(self.folder.parent, self.pid, self.hello.started))
         remove_job_dir(self.folder)
 
     def _drop_in_child(self) -> None:

@@ -3,7 +3,8 @@
     $LOADERTOP_JOBS_DIR, else $XDG_RUNTIME_DIR/loadertop, else ~/.cache/loadertop/jobs
       <pid>/job.json    the job's JobHello (what `loadertop attach` lists)
       <pid>/sock        the Unix socket viewers connect to
-      <pid>/tune.jsonl  loadertop.tune's trace (TuneStep and TuneChose lines)
+      <pid>/tune.jsonl  loadertop.tune's trace (TuneStep and TuneChose lines); when the job exits it is kept
+                        as <pid>-<start time>.tune.jsonl beside the job folders
 
 Both sides use these names: the job's publisher creates the folder, `loadertop attach` reads it.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,11 @@ def jobs_root() -> Path:
 
 def job_dir(pid: int, root: Path | None = None) -> Path:
     return (root or jobs_root()) / str(pid)
+
+
+def kept_trace(root: Path, pid: int, started: float) -> Path:
+    """Where a job's tune trace is kept once the job has exited (its folder is removed)."""
+    return root / f"{pid}-{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}.tune.jsonl"
 
 
 def pid_alive(pid: int) -> bool:
