@@ -28,7 +28,7 @@ from textual.widgets import DataTable, Footer, Static
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
 from loadertop.core.model.results import SweepResult, TrialResult
-from loadertop.tui import outputs, ranges
+from loadertop.tui import layout, outputs, ranges
 from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
 from loadertop.tui.state import SweepState
 from loadertop.tui.sweep_api import SweepFactory, SweepLike, engine_factory
@@ -40,7 +40,6 @@ from loadertop.tui.widgets.pane import Pane
 from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
 from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
 
-MIN_WIDTH, MIN_HEIGHT = 80, 24
 # Pane redraws while a sweep runs: the probes tick at 2 Hz and blocks come about once a second, so 1 Hz shows
 # every block and keeps the monitor's CPU away from the trial it measures. Stopped when a sweep ends.
 REFRESH_S = 1.0
@@ -51,8 +50,8 @@ class LoadertopApp(App[None]):
     CSS_PATH = "loadertop.tcss"
     TITLE = "loadertop"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (MIN_WIDTH, "-w80"), (120, "-w120")]
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (MIN_HEIGHT, "-h24"), (40, "-h40")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.VERTICAL
     # Single keys only: tmux delays Esc, and Alt/Ctrl combinations get eaten by terminals and multiplexers.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "rerun", "rerun", tooltip="rerun the whole sweep; the table shows Δ against this run", id="rerun"),
@@ -145,7 +144,7 @@ class LoadertopApp(App[None]):
     def on_resize(self, event: Resize) -> None:
         width, height = event.size
         self.too_small.update(
-            f"terminal too small: {width}×{height}\nloadertop needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\n"
+            f"terminal too small: {width}×{height}\nloadertop needs at least {layout.MIN_WIDTH}×{layout.MIN_HEIGHT}.\n"
             "The sweep keeps running; q quits."
         )
         # Some panes show more lines on a taller terminal; the chart and the table follow their own size.

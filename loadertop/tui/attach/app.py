@@ -23,6 +23,7 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from loadertop.core.model.live import LiveSnapshot
+from loadertop.tui import layout
 from loadertop.tui.attach.chart import LiveThroughputChart
 from loadertop.tui.attach.picker import JobLister, PickerScreen
 from loadertop.tui.attach.state import LiveState, SessionInfo
@@ -30,7 +31,6 @@ from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane
 from loadertop.tui.widgets.help import HelpScreen
 from loadertop.tui.widgets.pane import Pane
 
-MIN_WIDTH, MIN_HEIGHT = 80, 24
 TUI_DIR = Path(__file__).resolve().parent.parent
 
 PANES_HELP = (
@@ -116,8 +116,8 @@ class AttachApp(App[int]):
     CSS_PATH: ClassVar = [TUI_DIR / "loadertop.tcss", Path(__file__).resolve().parent / "attach.tcss"]
     TITLE = "loadertop attach"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (MIN_WIDTH, "-w80"), (120, "-w120")]
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-short"), (MIN_HEIGHT, "-h24"), (40, "-h40")]
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.HORIZONTAL
+    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.VERTICAL
     # Single keys only: tmux delays Esc, and Alt/Ctrl combinations get eaten by terminals and multiplexers.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pick", "pick", tooltip="detach and pick another job from the list", id="attach.pick"),
@@ -175,7 +175,8 @@ class AttachApp(App[int]):
     def on_resize(self, event: Resize) -> None:
         width, height = event.size
         self.too_small.update(
-            f"terminal too small: {width}×{height}\nloadertop needs at least {MIN_WIDTH}×{MIN_HEIGHT}.\nq quits."
+            f"terminal too small: {width}×{height}\n"
+            f"loadertop needs at least {layout.MIN_WIDTH}×{layout.MIN_HEIGHT}.\nq quits."
         )
         self.flush(everything=True)
 
