@@ -90,6 +90,29 @@ def test_the_knee_is_marked_once_on_the_recommended_curve() -> None:
     assert next(row for row in twice.rows if row.knee).runs[-1] == again.index
 
 
+def test_the_equivalence_set_is_marked_and_kept_in_the_json() -> None:
+    rec = RESULT.recommendation
+    assert rec is not None
+    others = [
+        t.config for t in RESULT.trials if t.config != rec.config and curve_key(t.config) == curve_key(rec.config)
+    ]
+    same = (rec.config, *dict.fromkeys(others[:2]))
+    result = replace(RESULT, recommendation=replace(rec, equivalent=same, close=True))
+    report = build_report(result)
+    marked = [row.config for row in report.rows if "≈" in row.marks]
+    assert marked == [c for c in same if c != rec.config]  # the recommendation keeps its ★ alone
+    back = SweepResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back.recommendation == result.recommendation
+    # results written before the set was kept still load, with an empty one
+    old = result.to_dict()
+    del old["recommendation"]["equivalent"], old["recommendation"]["close"]
+    loaded = SweepResult.from_dict(json.loads(json.dumps(old))).recommendation
+    assert loaded is not None and loaded.equivalent == () and not loaded.close
+    out = io.StringIO()
+    Reporter(out, io.StringIO(), None).summary(result)
+    assert f"Within noise of the best (≈): {', '.join(c.label() for c in same)} (a close call)" in out.getvalue()
+
+
 def test_change_is_against_the_same_configuration_in_the_previous_run() -> None:
     report = build_report(RESULT, PREVIOUS)
     old = {t.config: t.samples_per_s for t in PREVIOUS.trials if t.status == "ok"}
