@@ -2,11 +2,13 @@
 
 The choice (the cheapest configuration within the noise band of the fastest) and its closest rival are measured
 again, alternately (A B A B ...: a slow drift of the machine then weighs on both alike), and after each pair a
-sequential test asks whether the difference between their means is now significant (beyond `Z` standard errors)
-or shown smaller than the band (the whole ±`Z` interval inside it). Either answer, or the repeat cap, ends the duel.
-The noise is one run's: its own spread, or the run-to-run disagreement between repeats where that is larger
-(band.Noise), so every repeat also sharpens the noise estimate. If the answer moves the choice, the new choice
-meets its own rival, up to MAX_DUELS duels.
+sequential test asks on which side of the band's edge the difference between their means lies: beyond it by `Z`
+standard errors (a significant difference: the cheaper one is slower than the band allows), or inside it by as
+much (smaller than the band: within noise of each other). Either answer, or the repeat cap, ends the duel; at the
+cap the means decide, and the trace calls it a close call. The noise is one run's: its own spread, or the
+run-to-run disagreement between repeats where that is larger (band.Noise), so every repeat also sharpens the
+noise estimate, and the band of two means narrows as their runs add up. If the answer moves the choice, the new
+choice meets its own rival, up to MAX_DUELS duels.
 """
 
 from __future__ import annotations
@@ -18,17 +20,20 @@ from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 
-Z = 2.0  # standard errors: a difference past Z of them is significant; an interval this wide inside the band is none
+Z = 2.0  # standard errors between the difference and the band's edge that settle which side it is on
 RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
-MAX_RUNS = 4  # runs of one finalist (its first included): the repeat cap of a duel
+MAX_RUNS = 6  # runs of one finalist (its first included): the repeat cap of a duel
 MAX_DUELS = 3
-MAX_REPEATS = 12  # trials the whole phase may add
+MAX_REPEATS = 16  # trials the whole phase may add
 
 Note = Callable[[str, str, "str | None"], None]
 
 
-def duels(done: Callable[[], Sequence[TrialResult]], tolerance: float, note: Note) -> Iterator[TrialConfig]:
-    """The finalists' repeats, one trial per `yield`; `done()` holds its result when the generator resumes."""
+def duels(
+    done: Callable[[], Sequence[TrialResult]], tolerance: float, note: Note, budget: int = MAX_REPEATS
+) -> Iterator[TrialConfig]:
+    """The finalists' repeats, one trial per `yield`, at most `budget` of them; `done()` holds its result when the
+    generator resumes."""
     fought: set[frozenset[TrialConfig]] = set()
     spent = 0
     for _ in range(MAX_DUELS):
@@ -38,13 +43,13 @@ def duels(done: Callable[[], Sequence[TrialResult]], tolerance: float, note: Not
         a, b = pair
         fought.add(frozenset((a.config, b.config)))
         verdict, rounds = None, 0
-        while verdict is None and spent < MAX_REPEATS:
+        while verdict is None and spent < budget:
             noise = Noise.of(done(), tolerance)
             turn = [t for t in _pair_order(a, b, noise) if noise.count(t) < MAX_RUNS]
             if not turn:
                 break
             for t in turn:
-                note("repeat", _repeat_text(t, noise), t.config.label())
+                note("repeat", _repeat_text(t, noise, alone=len(turn) == 1), t.config.label())
                 yield t.config
                 spent += 1
             rounds += 1
@@ -101,10 +106,9 @@ def _verdict(a: TrialResult, b: TrialResult, noise: Noise) -> str | None:
     se = noise.stderr(a, b)
     band = noise.band(a, b)
     head = _head(a, b, diff, se, noise)
-    if abs(diff) >= Z * se:
-        side = "within" if diff >= -band else "outside"
-        return f"{head}: the difference is significant ({side} the {pct(band)} band)"
-    if abs(diff) + Z * se <= band:
+    if diff + band <= -Z * se:
+        return f"{head}: the difference is significant, beyond the {pct(band)} band"
+    if diff + band >= Z * se:
         return f"{head}: the difference is smaller than the {pct(band)} band: within noise of each other"
     return None
 
@@ -126,9 +130,10 @@ def _head(a: TrialResult, b: TrialResult, diff: float, se: float, noise: Noise) 
     )
 
 
-def _repeat_text(t: TrialResult, noise: Noise) -> str:
+def _repeat_text(t: TrialResult, noise: Noise, alone: bool) -> str:
     runs = noise.count(t)
+    how = f"(its rival has had its {MAX_RUNS} runs)" if alone else "alternating with its rival"
     return (
         f"finalist {t.config.label()} ({sps(t):.0f} samples/s ±{pct(t.spread or 0.0)}, {runs} run"
-        f"{'' if runs == 1 else 's'}) measured again, alternating with its rival"
+        f"{'' if runs == 1 else 's'}) measured again, {how}"
     )

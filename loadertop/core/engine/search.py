@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from loadertop.core.engine.band import choose, merge_repeats, noise_band, within_band
-from loadertop.core.engine.finalists import duels
+from loadertop.core.engine.finalists import MAX_REPEATS, duels
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.rungs import at_least, ladder, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
@@ -349,7 +349,9 @@ class AdaptivePlanner:
     # -- 4. repeat the finalists ----------------------------------------------------------------------------
 
     def _repeat(self) -> Iterator[TrialConfig]:
-        yield from duels(lambda: self._done, self.tol, self._note)  # engine/finalists.py
+        # Never more trials in all than measuring every configuration once: no search is dearer than the grid.
+        budget = min(MAX_REPEATS, len(self.space) - len(self._done) - 1)
+        yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------
 
