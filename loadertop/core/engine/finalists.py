@@ -45,11 +45,12 @@ def duels(
         verdict, rounds = None, 0
         while verdict is None and spent < budget:
             noise = Noise.of(done(), tolerance)
-            turn = [t for t in _pair_order(a, b, noise) if noise.count(t) < MAX_RUNS]
+            eligible = [t for t in _pair_order(a, b, noise) if noise.count(t) < MAX_RUNS]
+            turn = eligible[: budget - spent]
             if not turn:
                 break
             for t in turn:
-                note("repeat", _repeat_text(t, noise, alone=len(turn) == 1), t.config.label())
+                note("repeat", _repeat_text(t, noise, alone=len(eligible) == 1), t.config.label())
                 yield t.config
                 spent += 1
             rounds += 1
