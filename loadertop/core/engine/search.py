@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from loadertop.core.engine.band import choose, merge_repeats, noise_band, within_band
-from loadertop.core.engine.finalists import MAX_REPEATS, duels
+from loadertop.core.engine.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.rungs import at_least, ladder, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
@@ -349,8 +349,10 @@ class AdaptivePlanner:
     # -- 4. repeat the finalists ----------------------------------------------------------------------------
 
     def _repeat(self) -> Iterator[TrialConfig]:
-        # Never more trials in all than measuring every configuration once: no search is dearer than the grid.
-        budget = min(MAX_REPEATS, len(self.space) - len(self._done) - 1)
+        # Never more trials in all than measuring every configuration once (no search is dearer than the grid), and
+        # on a short range fewer repeats: one per REPEAT_SHARE counts, at least MIN_REPEATS.
+        share = max(MIN_REPEATS, len(self.counts) // REPEAT_SHARE)
+        budget = min(MAX_REPEATS, share, len(self.space) - len(self._done) - 1)
         yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------
