@@ -10,10 +10,13 @@ sweeps use (loadertop.core.engine.search) picks each trial; a simulated trial an
   cost     = Σ simulated trial time ÷ Σ of the exhaustive grid over the same range (every worker count, once)
 
 The choice of every measured method is the sweeps' rule, "cheapest within the noise band of the best", on its
-own noisy measurements (band.choose). Beside the adaptive search: the exhaustive grid itself (noise fools it
-too), a coarse grid (0 and the powers of two up to the top), and rules of thumb read off the true curve, at no
-cost: num_workers = usable CPUs, = 4 × GPUs (one GPU per 32 CPUs, at least one), = 8. A rule of thumb past the
-memory budget scores 0 (the job would not fit).
+own noisy measurements (band.choose: repeats merged, the band narrowed by them and widened by their disagreement).
+The adaptive search's head-to-head repeats of its finalists (engine/finalists.py) are trials like any other: each
+pays its workers' start-up and its measurement again, and the machine drifts on between them.
+
+Beside the adaptive search: the exhaustive grid itself (noise fools it too), a coarse grid (0 and the powers of
+two up to the top), and rules of thumb read off the true curve, at no cost: num_workers = usable CPUs, = 4 × GPUs
+(one GPU per 32 CPUs, at least one), = 8. A rule of thumb past the memory budget scores 0 (the job would not fit).
 
 tests/test_sim.py runs a reduced version as a regression check on the planner.
 """
@@ -62,6 +65,7 @@ class Outcome:
     trials: int
     seconds: float  # simulated seconds
     reach: float  # the accuracy of the best configuration it measured: what a perfect choice among them would get
+    repeats: int = 0  # trials of a configuration measured before (the finalists' head-to-head runs)
 
 
 def settings_for(model: Model) -> Settings:
@@ -117,9 +121,9 @@ def run_case(
         trials, spent = drive(planner, model, f"{tag}/{name}")
         n = chosen_workers(trials)
         cost = spent / grid_s
-        out.append(
-            Outcome(family, cpus, noise, name, n, accuracy(model, n), cost, len(trials), spent, _reach(model, trials))
-        )
+        repeats = len(trials) - len({t.config for t in trials})
+        reach = _reach(model, trials)
+        out.append(Outcome(family, cpus, noise, name, n, accuracy(model, n), cost, len(trials), spent, reach, repeats))
     for name, rule in RULES.items():
         n = min(rule(cpus), model.top)
         out.append(Outcome(family, cpus, noise, name, n, accuracy(model, n), 0.0, 0, 0.0, accuracy(model, n)))
@@ -158,6 +162,7 @@ def summary(outcomes: Sequence[Outcome]) -> dict[str, float]:
         "cost_worst": max(cost),
         "trials_med": statistics.median(o.trials for o in outcomes),
         "reach_p10": quantile([o.reach for o in outcomes], 0.10),
+        "repeats_med": statistics.median(o.repeats for o in outcomes),
     }
 
 
@@ -167,8 +172,8 @@ METHODS = ("adaptive", "coarse grid", "grid", *RULES)
 def table(outcomes: Sequence[Outcome], key: Callable[[Outcome], object], title: str) -> list[str]:
     lines = [
         f"| {title} | method | cases | accuracy p10 | median | worst | reach p10 | cost median | p90 | worst "
-        "| trials |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| trials | repeats |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     groups = sorted({key(o) for o in outcomes}, key=lambda g: (isinstance(g, str), g))  # type: ignore[arg-type]
     for group in (*groups, "all"):
@@ -181,7 +186,7 @@ def table(outcomes: Sequence[Outcome], key: Callable[[Outcome], object], title: 
             cost = "— | — | —" if method.startswith("rule") else cost
             lines.append(
                 f"| {group} | {method} | {s['n']:.0f} | {s['acc_p10']:.3f} | {s['acc_med']:.3f} | {s['acc_worst']:.3f} "
-                f"| {s['reach_p10']:.3f} | {cost} | {s['trials_med']:.0f} |"
+                f"| {s['reach_p10']:.3f} | {cost} | {s['trials_med']:.0f} | {s['repeats_med']:.0f} |"
             )
     return lines
 

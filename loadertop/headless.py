@@ -203,6 +203,10 @@ class Reporter:
             rec = result.recommendation
             self.out.print(f"Recommended: {rec.config.label()}, {num(rec.samples_per_s)} samples/s", markup=False)
             self.out.print(f"Why: {rec.reason}", markup=False)
+            if len(rec.equivalent) > 1:  # the equivalence set: what the recommendation could be swapped for
+                labels = ", ".join(c.label() for c in rec.equivalent)
+                close = " (a close call)" if rec.close else ""
+                self.out.print(f"Within noise of the best (≈): {labels}{close}", markup=False)
             self.out.print(rec.snippet, markup=False)
         else:
             self.out.print("No recommendation: no trial finished.")

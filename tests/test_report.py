@@ -20,6 +20,7 @@ from tui_fakes import FakeSweep, FakeSweepFactory, sync, wait_until
 
 from loadertop.core.engine import HEADERS, Report, build_report, num, pct
 from loadertop.core.engine.export import markdown, write_csv
+from loadertop.core.engine.outcome import conclude
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.curves import curve_key
 from loadertop.core.model.events import Event, SweepFinished, SweepStarted, TrialFinished, TrialStarted
@@ -27,6 +28,7 @@ from loadertop.core.model.results import SweepResult
 from loadertop.headless import EXIT_FAILED, Reporter, _export, run_headless
 from loadertop.tui.app import make_app
 from loadertop.tui.state import SweepState
+from loadertop.tui.widgets.header import HeaderPane
 from loadertop.tui.widgets.results import ResultsTable, live_report
 
 DATA = Path(__file__).parent / "data"
@@ -88,6 +90,36 @@ def test_the_knee_is_marked_once_on_the_recommended_curve() -> None:
     twice = build_report(replace(RESULT, trials=(*RESULT.trials, again)))
     assert [row.config for row in twice.rows if row.knee] == [diamond.config]
     assert next(row for row in twice.rows if row.knee).runs[-1] == again.index
+
+
+def with_equivalents() -> SweepResult:
+    """The recorded trials judged by today's engine: 2 and 4 workers within noise of each other (the finalists'
+    repeats disagree enough to widen the band), 2 the recommendation."""
+    judged = conclude(list(RESULT.trials), RESULT.settings, RESULT.machine, ceilings=RESULT.ceilings)
+    return judged.result
+
+
+def test_the_equivalence_set_is_marked_and_kept_in_the_json() -> None:
+    result = with_equivalents()
+    rec = result.recommendation
+    assert rec is not None and [c.num_workers for c in rec.equivalent] == [2, 4] and rec.config.num_workers == 2
+    assert "2 and 4 workers are within noise of each other and of the best (445 samples/s): 2 is the cheapest" in (
+        rec.reason
+    )
+    marked = [row.config for row in build_report(result).rows if "≈" in row.marks]
+    assert marked == [rec.equivalent[1]]  # the recommendation keeps its ★ alone
+    result = replace(result, recommendation=replace(rec, close=True))
+    back = SweepResult.from_dict(json.loads(json.dumps(result.to_dict())))
+    assert back.recommendation == result.recommendation
+    # results written before the set was kept still load, with an empty one
+    old = result.to_dict()
+    del old["recommendation"]["equivalent"], old["recommendation"]["close"]
+    loaded = SweepResult.from_dict(json.loads(json.dumps(old))).recommendation
+    assert loaded is not None and loaded.equivalent == () and not loaded.close
+    out = io.StringIO()
+    Reporter(out, io.StringIO(), None).summary(result)
+    labels = ", ".join(c.label() for c in rec.equivalent)
+    assert f"Within noise of the best (≈): {labels} (a close call)" in out.getvalue()
 
 
 def test_change_is_against_the_same_configuration_in_the_previous_run() -> None:
@@ -167,23 +199,32 @@ def test_csv(tmp_path: Path) -> None:
 class ReplaySweep(FakeSweep):
     """The recorded result as the event stream the TUI reads: each trial starts and finishes, then the sweep."""
 
+    recorded = RESULT
+
     def events(self) -> Iterator[Event]:
         self.started.set()
-        planned = tuple(dict.fromkeys(t.config for t in RESULT.trials))
-        yield SweepStarted(str(self.run_dir), RESULT.machine, RESULT.settings, planned, self.previous)
-        total = len(RESULT.trials)
-        for trial in RESULT.trials:
+        recorded = self.recorded
+        planned = tuple(dict.fromkeys(t.config for t in recorded.trials))
+        yield SweepStarted(str(self.run_dir), recorded.machine, recorded.settings, planned, self.previous)
+        total = len(recorded.trials)
+        for trial in recorded.trials:
             yield TrialStarted(trial.index, total, trial.config, 1000 + trial.index, (), trial.first_batch_s or 0.0)
             yield TrialFinished(trial)
-        self.result = RESULT
-        yield SweepFinished(RESULT)
+        self.result = recorded
+        yield SweepFinished(recorded)
 
 
 class ReplayFactory(FakeSweepFactory):
+    def __init__(self, root: Path, recorded: SweepResult = RESULT) -> None:
+        super().__init__(root)
+        self.recorded = recorded
+
     def __call__(
         self, settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None
     ) -> FakeSweep:
-        self.sweeps.append(ReplaySweep(settings, previous, only, machine=RESULT.machine, run_dir=self.root))
+        sweep = ReplaySweep(settings, previous, only, machine=RESULT.machine, run_dir=self.root)
+        sweep.recorded = self.recorded
+        self.sweeps.append(sweep)
         return self.sweeps[-1]
 
 
@@ -233,3 +274,20 @@ def test_a_failed_export_exits_1_and_the_run_folder_keeps_every_trial(tmp_path: 
     assert code == EXIT_FAILED, err.getvalue()
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert len((run_dir / "trials.jsonl").read_text().splitlines()) == 2
+
+
+@sync
+async def test_tui_marks_the_equivalence_set(tmp_path: Path) -> None:
+    result = with_equivalents()
+    rec = result.recommendation
+    assert rec is not None
+    app = make_app(result.settings, sweep_factory=ReplayFactory(tmp_path, result))
+    async with app.run_test(size=(160, 40)) as pilot:
+        await wait_until(pilot, lambda: app.state.phase == "finished")
+        app.flush(everything=True)
+        table = app.query_one(ResultsTable)
+        marks = {table.configs[i]: str(table.get_row_at(i)[0]) for i in range(table.row_count)}
+        assert [c for c, mark in marks.items() if "≈" in mark] == [c for c in rec.equivalent if c != rec.config]
+        assert "★" in marks[rec.config] and "≈" not in marks[rec.config]
+        header = str(app.query_one(HeaderPane).view())
+        assert "2 and 4 workers are within noise of each other" in header  # the recommendation line's reason

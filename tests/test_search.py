@@ -513,4 +513,4 @@ def test_real_contended_curve_finds_the_peak_region_and_does_not_climb_to_the_to
     assert max(counts) < 40, counts  # stopped near the peak, not at the top of the range
     chosen = result.recommendation.config.num_workers
     assert model[chosen] >= 0.9 * max(model.values()), (chosen, counts)  # 13-33 workers are the peak region
-    assert len(result.trials) <= 12
+    assert len({t.config for t in result.trials}) <= 12  # the finalists' repeats come on top (how many: the noise)

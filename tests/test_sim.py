@@ -7,6 +7,7 @@ makes the search less accurate or dearer fails here first.
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 
@@ -30,15 +31,15 @@ def rows(outcomes: list[sim_bench.Outcome], method: str, **where: object) -> lis
 def test_accuracy_and_cost_over_all_cases(outcomes: list[sim_bench.Outcome]) -> None:
     ada = sim_bench.summary(rows(outcomes, "adaptive"))
     assert ada["n"] == 72
-    assert ada["cost_med"] <= 0.10  # issue 12's target: ≤ 0.20 of the exhaustive grid
-    assert ada["cost_p90"] <= 0.30
+    assert ada["cost_med"] <= 0.15  # issue 12's target: ≤ 0.20 of the exhaustive grid
+    assert ada["cost_p90"] <= 0.45
     assert ada["acc_med"] >= 0.97
-    assert ada["acc_p10"] >= 0.85  # the target is 0.95: missed on noisy machines (σ ≥ 10%), see SIM.md
+    assert ada["acc_p10"] >= 0.92  # the target is 0.95: missed by a little (0.946 over 360 cases), see SIM.md
 
 
 def test_quiet_cases_meet_the_accuracy_target(outcomes: list[sim_bench.Outcome]) -> None:
     quiet = sim_bench.summary(rows(outcomes, "adaptive", noise="σ < 5%"))
-    assert quiet["acc_p10"] >= 0.93 and quiet["acc_med"] >= 0.99
+    assert quiet["acc_p10"] >= 0.95 and quiet["acc_med"] >= 0.99
 
 
 def test_the_search_beats_the_rules_of_thumb_and_matches_the_coarse_grid(outcomes: list[sim_bench.Outcome]) -> None:
@@ -52,12 +53,12 @@ def test_the_search_beats_the_rules_of_thumb_and_matches_the_coarse_grid(outcome
 @pytest.mark.parametrize("family", ["cpu-bound", "io-bound", "consumer-bound", "retrograde"])
 def test_shapes_the_search_handles(outcomes: list[sim_bench.Outcome], family: str) -> None:
     s = sim_bench.summary(rows(outcomes, "adaptive", family=family))
-    assert s["acc_med"] >= 0.95 and s["acc_p10"] >= 0.85 and s["cost_med"] <= 0.10
+    assert s["acc_med"] >= 0.95 and s["acc_p10"] >= 0.90 and s["cost_med"] <= 0.15
 
 
 def test_big_machines_cost_a_few_percent_of_the_grid(outcomes: list[sim_bench.Outcome]) -> None:
     for cpus in (128, 256):
-        assert sim_bench.summary(rows(outcomes, "adaptive", cpus=cpus))["cost_p90"] <= 0.06
+        assert sim_bench.summary(rows(outcomes, "adaptive", cpus=cpus))["cost_p90"] <= 0.08
 
 
 def test_a_retrograde_curve_is_not_climbed_past_a_trusted_peak() -> None:
@@ -78,3 +79,28 @@ def test_memory_capped_climbs_stop_at_the_budget(outcomes: list[sim_bench.Outcom
     trials, _ = sim_bench.drive(planner, model, "memory")
     assert all(t.status == "ok" for t in trials)  # the budget stopped the climb: no trial hit the guard
     assert any("memory budget" in s.message for s in planner.trace)
+
+
+def test_noisy_finalists_are_compared_head_to_head_alternately() -> None:
+    # σ 15%: one run each cannot tell the finalists apart. They are measured again A B A B ..., each repeat a full
+    # trial (start-up and measurement: the simulated cost counts it), until the sequential test or the cap decides.
+    model = draw("saturating", 32, 0)
+    assert model.sigma > 0.10
+    planner = sim_bench.AdaptivePlanner(sim_bench.settings_for(model))
+    trials, _ = sim_bench.drive(planner, model, "duel")
+    repeats = [s for s in planner.trace if s.phase == "repeat"]
+    again = [s.config for s in repeats if "measured again" in s.message]
+    first = list(itertools.takewhile(lambda s: not s.message.startswith("head to head"), repeats))
+    assert len(first) >= 4 and all(a.config != b.config for a, b in itertools.pairwise(first))  # A B A B ...
+    verdicts = [s.message for s in repeats if s.message.startswith("head to head")]
+    assert verdicts and "run-to-run noise" in verdicts[0]  # the noise estimate from the repeats
+    assert len(trials) - len({t.config for t in trials}) == len(again)
+
+
+def test_repeats_buy_accuracy_on_noisy_machines(outcomes: list[sim_bench.Outcome]) -> None:
+    # The finalists' head-to-head repeats are where the noisy cases' extra trials go, and they pay: on noisy
+    # machines the search chooses better than the exhaustive grid, which measures every count once.
+    noisy = [o for o in rows(outcomes, "adaptive") if o.noise != "σ < 5%"]
+    grid = [o for o in rows(outcomes, "grid") if o.noise != "σ < 5%"]
+    assert sim_bench.statistics.median(o.repeats for o in noisy) >= 4
+    assert sim_bench.summary(noisy)["acc_p10"] >= sim_bench.summary(grid)["acc_p10"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 
-from loadertop.core.engine.band import choose_merged, finished, merge_repeats, noise_band, within_band
+from loadertop.core.engine.band import Noise, choose_merged, equivalent, finished, merge_repeats, noise_band
 from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.reasons import (
     CONSUMER_BOUND_STALL,
@@ -38,14 +38,16 @@ def analyze(
     if not ok:
         return None, None
     tol = settings.tolerance
-    best, rec = choose_merged(ok, tol)
-    rec, preferred = _prefer_steadier(rec, best, ok, settings)
-    rec, unpinned = _prefer_unpinned(rec, best, ok, tol, machine)
+    noise = Noise.of(trials, tol)  # repeats narrow their comparisons' band; their disagreement can widen it
+    best, rec = choose_merged(ok, tol, noise)
+    rec, preferred = _prefer_steadier(rec, best, ok, settings, noise)
+    rec, unpinned = _prefer_unpinned(rec, best, ok, noise, machine)
     curve = curve_of(ok, rec)
-    reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, tol, machine)
+    reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, noise, machine)
+    same, close = equivalence(rec, best, curve, noise)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
     over = oversubscribed(rec, machine, step=bool(settings.consumer))  # --step-ms leaves the CPU threads idle
-    notes = [note for note in (preferred, _unordered_gain(rec, ok, tol), unpinned, over) if note]
+    notes = [note for note in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, over) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
@@ -56,6 +58,8 @@ def analyze(
         reason="; ".join([reason, *notes]),
         snippet=snippet(pasted, machine.default_start_method),
         trial_index=rec.index,
+        equivalent=tuple(t.config for t in equivalent(curve, best, noise)),
+        close=bool(close),
     )
     return knee(curve, tol), recommendation
 
@@ -66,18 +70,14 @@ P99_GAP_MS = 1.0
 
 
 def _prefer_steadier(
-    rec: TrialResult, best: TrialResult, ok: list[TrialResult], settings: Settings
+    rec: TrialResult, best: TrialResult, ok: list[TrialResult], settings: Settings, noise: Noise
 ) -> tuple[TrialResult, str]:
     """With a real training step (--step-ms or --consumer), a configuration within the noise band of the best
     whose data-wait p99 is far shorter than the recommendation's is the better one: a GPU step waits on every
     slow batch, however good the mean. Returns the choice and the clause that says so (empty when unchanged)."""
     if not (settings.step_ms > 0 or settings.consumer) or rec.wait_ms_p99 is None:
         return rec, ""
-    steadier = [
-        t
-        for t in ok
-        if within_band(t, best, settings.tolerance) and t.wait_ms_p99 is not None and steadier_tail(t, rec)
-    ]
+    steadier = [t for t in ok if noise.within(t, best) and t.wait_ms_p99 is not None and steadier_tail(t, rec)]
     if not steadier:
         return rec, ""
     pick = min(steadier, key=lambda t: (t.wait_ms_p99 or 0.0, t.config.num_workers, -sps(t)))
@@ -95,14 +95,14 @@ def steadier_tail(a: TrialResult, b: TrialResult) -> bool:
 
 
 def _prefer_unpinned(
-    rec: TrialResult, best: TrialResult, ok: list[TrialResult], tol: float, machine: MachineInfo
+    rec: TrialResult, best: TrialResult, ok: list[TrialResult], noise: Noise, machine: MachineInfo
 ) -> tuple[TrialResult, str]:
     """Without CUDA pin_memory does nothing, so a pinned configuration's lead is noise: its unpinned twin is
     taken when measured within the band, and the snippet leaves pinning off either way."""
     if has_cuda(machine) or not rec.config.pin_memory:
         return rec, ""
     twin = _twin(rec, ok, pin_memory=False)
-    if twin is not None and within_band(twin, best, tol):
+    if twin is not None and noise.within(twin, best):
         rec = twin
     return rec, "pin_memory left off: pinning not measured (no CUDA)"
 
@@ -168,6 +168,53 @@ def rule_notes(knee: Knee | None, usl: UslFit | None, tolerance: float) -> list[
     return notes
 
 
+# -- the equivalence set ---------------------------------------------------------------------------------------
+
+CLOSE = 1.5  # a comparison within this factor of the band's edge (either side) makes the call a close one
+
+
+def equivalence(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: Noise) -> tuple[str, str]:
+    """The clauses that say which worker counts on the recommendation's curve are within noise of the best, and
+    whether the call is close: the recommendation near the band's edge (behind the best by more than the band
+    ÷ CLOSE), or a cheaper count just outside it (within CLOSE bands). Empty strings when there is nothing to say."""
+    counts = [t.config.num_workers for t in equivalent(curve, best, noise)]
+    clause = ""
+    if len(counts) > 1 and rec.config.num_workers in counts:
+        where = "the best" if any(t is best for t in curve) else f"the best ({best.config.label()})"
+        clause = (
+            f"{_count_list(counts, curve)} are within noise of each other and of {where} "
+            f"({sps(best):.0f} samples/s): {rec.config.num_workers} is the cheapest"
+        )
+    return clause, _close_call(rec, best, curve, noise)
+
+
+def _close_call(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: Noise) -> str:
+    if not sps(best):
+        return ""
+    lag, band = 1.0 - sps(rec) / sps(best), noise.band(rec, best)
+    if rec is not best and lag > band / CLOSE:
+        return f"a close call: {pct(lag)} behind the best, near the edge of the {pct(band)} noise band"
+    cheaper = [t for t in curve if t.config.num_workers < rec.config.num_workers]
+    for t in sorted(cheaper, key=lambda t: -t.config.num_workers):
+        lag, band = 1.0 - sps(t) / sps(best), noise.band(t, best)
+        if band < lag <= CLOSE * band:
+            n = t.config.num_workers
+            verb = "is" if n == 1 else "are"
+            return f"a close call: {workers(n)} {verb} {pct(lag)} behind, just outside the {pct(band)} noise band"
+    return ""
+
+
+def _count_list(counts: list[int], curve: list[TrialResult]) -> str:
+    """'2, 4 and 8 workers'; '16–64 workers (all 5 measured)' for a longer run of every count measured between
+    its ends."""
+    between = [t.config.num_workers for t in curve if counts[0] <= t.config.num_workers <= counts[-1]]
+    if len(counts) > 4 and between == counts:
+        return f"{counts[0]}–{counts[-1]} workers (all {len(counts)} measured)"
+    if len(counts) > 2:
+        return ", ".join(map(str, counts[:-1])) + f" and {counts[-1]} workers"
+    return " and ".join(map(str, counts)) + " workers"
+
+
 # -- the recommendation's reason --------------------------------------------------------------------------------
 
 
@@ -176,11 +223,11 @@ def _recommendation_reason(
     best: TrialResult,
     ok: list[TrialResult],
     curve: list[TrialResult],
-    tol: float,
+    noise: Noise,
     machine: MachineInfo,
 ) -> str:
     """Why `rec`: what bounds it, then what costs more than it and does not pay for it (the tail)."""
-    band = noise_band(tol, rec, best)
+    band, tol = noise.band(rec, best), noise.tolerance
     on_curve = {id(t) for t in curve}
 
     def who(t: TrialResult) -> str:

@@ -1,11 +1,16 @@
 """The noise band and the rule built on it: the recommended configuration is the cheapest within the noise band
-of the fastest. Finalists measured twice merge into one point first, so a repeat counts once."""
+of the fastest. Finalists measured more than once merge into one point first, so a repeat counts once.
+
+The band of a comparison comes from the noise one run shows: its own spread, or the run-to-run disagreement between
+repeats of the same configurations (pooled over every configuration measured more than once) where that is larger.
+A configuration measured k times has a mean k times steadier, so its comparisons get a narrower band (`Noise`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from loadertop.core.engine.wording import sps
 from loadertop.core.model.config import TrialConfig
@@ -33,22 +38,87 @@ def finished(trials: Sequence[TrialResult]) -> list[TrialResult]:
     return [t for t in trials if t.status == "ok" and t.samples_per_s is not None and math.isfinite(t.samples_per_s)]
 
 
+@dataclass(frozen=True)
+class Noise:
+    """What the finished runs say about the noise: per configuration, how many runs and the steadiest run's own
+    spread; over the configurations measured more than once, the run-to-run disagreement (the pooled relative
+    standard deviation of a run about its configuration's mean)."""
+
+    tolerance: float
+    runs: Mapping[TrialConfig, int]
+    own: Mapping[TrialConfig, float]
+    between: float | None  # None when nothing was measured twice
+    dof: int = 0  # the degrees of freedom behind `between`
+
+    @classmethod
+    def of(cls, trials: Sequence[TrialResult], tolerance: float) -> Noise:
+        groups: dict[TrialConfig, list[TrialResult]] = {}
+        for t in finished(trials):
+            groups.setdefault(t.config, []).append(t)
+        squares, dof = 0.0, 0
+        for runs in groups.values():
+            xs = [sps(t) for t in runs]
+            mean = sum(xs) / len(xs)
+            if len(xs) > 1 and mean > 0:
+                squares += sum((x / mean - 1.0) ** 2 for x in xs)
+                dof += len(xs) - 1
+        return cls(
+            tolerance,
+            {c: len(runs) for c, runs in groups.items()},
+            {c: min((t.spread or 0.0) for t in runs) for c, runs in groups.items()},
+            math.sqrt(squares / dof) if dof else None,
+            dof,
+        )
+
+    def level(self, *trials: TrialResult) -> float:
+        """The noise of one run of these configurations: the widest own spread, or the run-to-run disagreement
+        where that is larger."""
+        own = (self.own.get(t.config, t.spread or 0.0) for t in trials)
+        return max(self.between or 0.0, *own)
+
+    def stderr(self, a: TrialResult, b: TrialResult) -> float:
+        """The standard error of the relative difference between the two configurations' mean throughputs."""
+        return self.level(a, b) * math.sqrt(1.0 / self.count(a) + 1.0 / self.count(b))
+
+    def count(self, t: TrialResult) -> int:
+        return max(1, self.runs.get(t.config, 1))
+
+    def band(self, t: TrialResult, ref: TrialResult) -> float:
+        """`noise_band` for two means: one run's noise narrowed by the runs behind them (√ of their harmonic mean,
+        so single runs get exactly the one-run band), at least the tolerance, at most BAND_CAP × it."""
+        narrowed = self.stderr(t, ref) / math.sqrt(2.0)
+        return min(max(self.tolerance, narrowed), BAND_CAP * self.tolerance)
+
+    def within(self, t: TrialResult, ref: TrialResult) -> bool:
+        """Whether `t` is as fast as `ref` within their band (faster counts too)."""
+        return sps(t) >= sps(ref) * (1.0 - self.band(t, ref))
+
+
 def choose(trials: Sequence[TrialResult], tolerance: float) -> tuple[TrialResult, TrialResult] | None:
     """(fastest, recommended) over the finished trials, repeats merged; the recommendation is the rule
-    "cheapest within the noise band of the best". None when nothing finished."""
+    "cheapest within the noise band of the best", the band narrowed by repeats. None when nothing finished."""
     ok = merge_repeats(finished(trials))
-    return choose_merged(ok, tolerance) if ok else None
+    return choose_merged(ok, tolerance, Noise.of(trials, tolerance)) if ok else None
 
 
-def choose_merged(ok: list[TrialResult], tolerance: float) -> tuple[TrialResult, TrialResult]:
-    """`choose` over trials already finished and merged (not empty)."""
+def choose_merged(
+    ok: list[TrialResult], tolerance: float, noise: Noise | None = None
+) -> tuple[TrialResult, TrialResult]:
+    """`choose` over trials already finished and merged (not empty); `noise` from their runs (without it: one run
+    each, as the merged points show)."""
+    noise = noise or Noise.of(ok, tolerance)
     best = max(ok, key=lambda t: (sps(t), -t.config.num_workers))
-    return best, _cheapest_within_band(ok, best, tolerance)
+    return best, _cheapest_within_band(ok, best, noise)
 
 
-def _cheapest_within_band(ok: list[TrialResult], best: TrialResult, tol: float) -> TrialResult:
+def equivalent(ok: Sequence[TrialResult], best: TrialResult, noise: Noise) -> list[TrialResult]:
+    """The merged points within noise of `best` (itself included), by worker count."""
+    return sorted((t for t in ok if noise.within(t, best)), key=lambda t: (t.config.num_workers, -sps(t)))
+
+
+def _cheapest_within_band(ok: list[TrialResult], best: TrialResult, noise: Noise) -> TrialResult:
     """Fewest workers within the band of the best; then less memory (beyond measurement noise); then throughput."""
-    candidates = [t for t in ok if within_band(t, best, tol)]
+    candidates = [t for t in ok if noise.within(t, best)]
     fewest = min(t.config.num_workers for t in candidates)
     same = [t for t in candidates if t.config.num_workers == fewest]
     known = [t.total_pss_mb for t in same if t.total_pss_mb is not None]

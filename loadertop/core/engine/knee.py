@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-from loadertop.core.engine.band import choose_merged, finished, merge_repeats, noise_band, within_band
+from loadertop.core.engine.band import Noise, choose_merged, finished, merge_repeats, noise_band, within_band
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.results import Knee, TrialResult
@@ -22,7 +22,7 @@ def worker_curve(trials: Sequence[TrialResult], tolerance: float) -> list[TrialR
     ok = merge_repeats(finished(trials))
     if not ok:
         return []
-    return curve_of(ok, choose_merged(ok, tolerance)[1])
+    return curve_of(ok, choose_merged(ok, tolerance, Noise.of(trials, tolerance))[1])
 
 
 def curve_of(ok: list[TrialResult], rec: TrialResult) -> list[TrialResult]:

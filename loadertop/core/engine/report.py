@@ -14,7 +14,7 @@ from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, family_key, on_curve
 from loadertop.core.model.results import SweepResult, TrialResult
 
-RECOMMENDED, KNEE = "★", "◆"
+RECOMMENDED, KNEE, EQUIVALENT = "★", "◆", "≈"
 
 # (key, header): the faces pick columns by key; headless and Markdown show them all ("change" only with a previous run)
 COLUMNS = (
@@ -45,7 +45,8 @@ COLUMNS = (
 HEADERS = dict(COLUMNS)
 
 FOOTNOTE = (
-    f"{RECOMMENDED} recommended, {KNEE} knee (on the recommended configuration's curve). One row per configuration: "
+    f"{RECOMMENDED} recommended, {KNEE} knee (on the recommended configuration's curve), {EQUIVALENT} within noise "
+    "of the best on that curve, as the recommended one (the cheapest of them) is. One row per configuration: "
     "# lists its trials; samples/s and ± of one measured more than once are over its runs, as the recommendation "
     "quotes them. USS/wkr: the largest worker's. * RSS counts pages shared with the parent once per process; USS "
     "and PSS do not. p50/p99 ms: the wait in next() per batch (median, 99th percentile), without the first batch "
@@ -102,12 +103,17 @@ class ReportRow:
     warnings: tuple[str, ...]
     recommended: bool
     knee: bool
+    equivalent: bool  # within noise of the best on the recommendation's curve (the recommendation itself is not marked)
     change: float | None  # samples/s against the same configuration in the previous run
     in_previous: bool  # the previous run finished this configuration
 
     @property
     def marks(self) -> str:
-        return (RECOMMENDED if self.recommended else "") + (KNEE if self.knee else "")
+        return (
+            (RECOMMENDED if self.recommended else "")
+            + (KNEE if self.knee else "")
+            + (EQUIVALENT if self.equivalent else "")
+        )
 
     def cells(self, compared: bool = False) -> dict[str, str]:
         """Every column as text, by key: what each face prints."""
@@ -163,6 +169,7 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
     before = _merged(previous.trials) if previous is not None else {}
     knee = _knee_config(result, merged)
     rec = result.recommendation.config if result.recommendation else None
+    same = set(result.recommendation.equivalent) if result.recommendation else set()
     rows = []
     for config in ordered(groups):
         runs = groups[config]
@@ -193,6 +200,7 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
                 error=shown.error,
                 warnings=shown.warnings,
                 recommended=config == rec,
+                equivalent=config in same and config != rec,
                 knee=config == knee,
                 change=_change(best, old),
                 in_previous=old is not None,

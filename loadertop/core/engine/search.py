@@ -10,7 +10,8 @@ What a planner is asked and the plain planners are in planners.py; the rungs in 
    "cheapest within the noise band of the best", lies between them); then between the best rung and the rung
    above it when that one was slower beyond the noise (2 → 4 skips 3), unless the trusted fit puts the peak at
    the best rung; 3. then the other knobs' values (batch size, prefetch, ...) one at a time at the choice;
-4. measure the finalists again (the choice and its closest rival) so the decision rests on two runs each.
+4. measure the finalists again (the choice and its closest rival), alternately, until a sequential test says their
+   difference is significant or within the noise band, or a repeat cap is reached (engine/finalists.py).
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
-from loadertop.core.engine.band import choose, finished, merge_repeats, noise_band, within_band
+from loadertop.core.engine.band import choose, merge_repeats, noise_band, within_band
+from loadertop.core.engine.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.rungs import at_least, ladder, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
@@ -36,7 +38,6 @@ MEMORY_BUDGET_FRACTION = 0.5
 # Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
 REFINE_PRECISION = 0.25
 MAX_REFINE = 4
-RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
 
 
 def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) -> Planner:
@@ -348,36 +349,11 @@ class AdaptivePlanner:
     # -- 4. repeat the finalists ----------------------------------------------------------------------------
 
     def _repeat(self) -> Iterator[TrialConfig]:
-        ok = merge_repeats(finished(self._done))
-        chosen = choose(ok, self.tol)
-        if chosen is None:
-            return
-        best, c = chosen
-        # The rival is what a second run could put in the choice's place: the best when it is another
-        # configuration; else the closest contender within twice the band, a cheaper one first.
-        others = [
-            t
-            for t in ok
-            if t.config != c.config and sps(t) >= sps(best) * (1.0 - RIVAL_BANDS * noise_band(self.tol, t, best))
-        ]
-        cheaper = [t for t in others if t.config.num_workers < c.config.num_workers]
-        rival: TrialResult | None = None
-        if best.config != c.config:
-            rival = best
-        elif others:
-            rival = max(cheaper or others, key=sps)
-        if rival is None:
-            self._note("repeat", f"{c.config.label()} is a clear choice: nothing else within {RIVAL_BANDS:g}× the "
-                                 "noise band, no repeat needed")  # fmt: skip
-            return
-        for t in (c, rival):
-            self._note(
-                "repeat",
-                f"finalist {t.config.label()} ({sps(t):.0f} samples/s ±{pct(t.spread or 0.0)}) measured again "
-                "to tighten its spread",
-                t.config.label(),
-            )
-            yield t.config
+        # Never more trials in all than measuring every configuration once (no search is dearer than the grid), and
+        # on a short range fewer repeats: one per REPEAT_SHARE counts, at least MIN_REPEATS.
+        share = max(MIN_REPEATS, len(self.counts) // REPEAT_SHARE)
+        budget = min(MAX_REPEATS, share, len(self.space) - len(self._done) - 1)
+        yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------
 

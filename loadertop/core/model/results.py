@@ -194,6 +194,17 @@ class Recommendation:
     reason: str
     snippet: str
     trial_index: int
+    # The configurations on its worker curve within noise of the best, by worker count (the recommendation, the
+    # cheapest, among them); empty in results written before it was kept.
+    equivalent: tuple[TrialConfig, ...] = ()
+    close: bool = False  # a close call: the choice sits near the edge of the noise band
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recommendation:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        fields["config"] = TrialConfig.from_dict(data["config"])
+        fields["equivalent"] = tuple(TrialConfig.from_dict(c) for c in data.get("equivalent") or ())
+        return cls(**fields)
 
 
 @dataclass(frozen=True)
@@ -238,7 +249,7 @@ class SweepResult:
             settings=Settings.from_dict(data["settings"]),
             trials=tuple(TrialResult.from_dict(t) for t in data["trials"]),
             knee=Knee(**knee) if knee else None,
-            recommendation=Recommendation(**{**rec, "config": TrialConfig.from_dict(rec["config"])}) if rec else None,
+            recommendation=Recommendation.from_dict(rec) if rec else None,
             run_dir=data.get("run_dir"),
             interrupted=data.get("interrupted", False),
             wall_s=data.get("wall_s", 0.0),

@@ -90,8 +90,8 @@ def status_text(row: Row, measured: ReportRow | None = None) -> str:
 
 
 class ResultsTable(DataTable):
-    """Cells are plain values; the knee (◆) and the recommendation (★) are marked by symbol and style,
-    so they survive NO_COLOR."""
+    """Cells are plain values; the knee (◆), the recommendation (★) and the configurations within noise of the best
+    (≈) are marked by symbol and style, so they survive NO_COLOR."""
 
     # enter is handled here, in order after the arrow keys that moved the cursor (an app-level priority
     # binding would run before the table had seen them); RowSelected reaches the app, which reruns the row.
@@ -137,6 +137,8 @@ class ResultsTable(DataTable):
                  for key, text in values.items()}  # fmt: skip
         if measured is not None and measured.knee and not measured.recommended:
             cells["mark"].stylize(Style.parse(f"bold {theme.get('accent', 'yellow')}"))
+        elif measured is not None and measured.equivalent:  # ≈: as good within noise, not the cheapest
+            cells["mark"].stylize(Style.parse(theme.get("success", "green")))
         change = measured.change if measured is not None and values["change"] else None
         if change is not None and abs(change) >= 0.02:
             color = theme.get("success", "green") if change > 0 else theme.get("error", "red")

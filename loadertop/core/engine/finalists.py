@@ -1,0 +1,141 @@
+"""The adaptive search's last phase: the finalists compared head to head until the decision holds under noise.
+
+The choice (the cheapest configuration within the noise band of the fastest) and its closest rival are measured
+again, alternately (A B A B ...: a slow drift of the machine then weighs on both alike), and after each pair a
+sequential test asks on which side of the band's edge the difference between their means lies: beyond it by `Z`
+standard errors (a significant difference: the cheaper one is slower than the band allows), or inside it by as
+much (smaller than the band: within noise of each other). Either answer, or the repeat cap, ends the duel; at the
+cap the means decide, and the trace calls it a close call. The noise is one run's: its own spread, or the
+run-to-run disagreement between repeats where that is larger (band.Noise), so every repeat also sharpens the
+noise estimate, and the band of two means narrows as their runs add up. If the answer moves the choice, the new
+choice meets its own rival, up to MAX_DUELS duels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+from loadertop.core.engine.band import Noise, choose_merged, finished, merge_repeats
+from loadertop.core.engine.wording import pct, sps
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.results import TrialResult
+
+Z = 2.0  # standard errors between the difference and the band's edge that settle which side it is on
+RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
+MAX_RUNS = 6  # runs of one finalist (its first included): the repeat cap of a duel
+MAX_DUELS = 3
+MAX_REPEATS = 16  # trials the whole phase may add ...
+REPEAT_SHARE, MIN_REPEATS = 4, 4  # ... and on a short range one per 4 worker counts (at least 4): its grid is cheap
+
+Note = Callable[[str, str, "str | None"], None]
+
+
+def duels(
+    done: Callable[[], Sequence[TrialResult]], tolerance: float, note: Note, budget: int = MAX_REPEATS
+) -> Iterator[TrialConfig]:
+    """The finalists' repeats, one trial per `yield`, at most `budget` of them; `done()` holds its result when the
+    generator resumes."""
+    fought: set[frozenset[TrialConfig]] = set()
+    spent = 0
+    for _ in range(MAX_DUELS):
+        pair = _finalists(done(), tolerance, fought, note)
+        if pair is None:
+            return
+        a, b = pair
+        fought.add(frozenset((a.config, b.config)))
+        verdict, rounds = None, 0
+        while verdict is None and spent < budget:
+            noise = Noise.of(done(), tolerance)
+            eligible = [t for t in _pair_order(a, b, noise) if noise.count(t) < MAX_RUNS]
+            turn = eligible[: budget - spent]
+            if not turn:
+                break
+            for t in turn:
+                note("repeat", _repeat_text(t, noise, alone=len(eligible) == 1), t.config.label())
+                yield t.config
+                spent += 1
+            rounds += 1
+            a, b = _latest(done(), a.config), _latest(done(), b.config)
+            verdict = _verdict(a, b, Noise.of(done(), tolerance))
+        if rounds:
+            note("repeat", verdict or _undecided(a, b, Noise.of(done(), tolerance)), None)
+
+
+def _finalists(
+    done: Sequence[TrialResult], tolerance: float, fought: set[frozenset[TrialConfig]], note: Note
+) -> tuple[TrialResult, TrialResult] | None:
+    """(the cheaper, the dearer) of the choice and its rival: the best when the choice is another configuration;
+    else the closest contender within RIVAL_BANDS of the band, a cheaper one first. None when the choice is clear
+    or the pair has had its duel."""
+    ok = merge_repeats(finished(done))
+    if not ok:
+        return None
+    noise = Noise.of(done, tolerance)
+    best, c = choose_merged(ok, tolerance, noise)
+    rival: TrialResult | None = best if best.config != c.config else None
+    if rival is None:
+        others = [
+            t for t in ok if t.config != c.config and sps(t) >= sps(best) * (1.0 - RIVAL_BANDS * noise.band(t, best))
+        ]
+        cheaper = [t for t in others if t.config.num_workers < c.config.num_workers]
+        rival = max(cheaper or others, key=sps) if others else None
+    if rival is None:
+        if not fought:
+            note("repeat", f"{c.config.label()} is a clear choice: nothing else within {RIVAL_BANDS:g}× the noise "
+                           "band, no repeat needed", None)  # fmt: skip
+        return None
+    if frozenset((c.config, rival.config)) in fought:
+        return None
+    a, b = sorted((c, rival), key=lambda t: (t.config.num_workers, -sps(t)))
+    return a, b
+
+
+def _pair_order(a: TrialResult, b: TrialResult, noise: Noise) -> tuple[TrialResult, ...]:
+    """The next pair, alternating: the one with fewer runs first (the cheaper on a tie)."""
+    return (a, b) if noise.count(a) <= noise.count(b) else (b, a)
+
+
+def _latest(done: Sequence[TrialResult], config: TrialConfig) -> TrialResult:
+    """The configuration's merged point (its runs' mean)."""
+    return next(t for t in merge_repeats(finished(done)) if t.config == config)
+
+
+def _verdict(a: TrialResult, b: TrialResult, noise: Noise) -> str | None:
+    """What the sequential test concludes about the cheaper `a` against `b`, or None to go on."""
+    if not sps(b):
+        return None
+    diff = sps(a) / sps(b) - 1.0
+    se = noise.stderr(a, b)
+    band = noise.band(a, b)
+    head = _head(a, b, diff, se, noise)
+    if diff + band <= -Z * se:
+        return f"{head}: the difference is significant, beyond the {pct(band)} band"
+    if diff + band >= Z * se:
+        return f"{head}: the difference is smaller than the {pct(band)} band: within noise of each other"
+    return None
+
+
+def _undecided(a: TrialResult, b: TrialResult, noise: Noise) -> str:
+    diff = sps(a) / sps(b) - 1.0 if sps(b) else 0.0
+    band = noise.band(a, b)
+    side = "within" if diff >= -band else "outside"
+    head = _head(a, b, diff, noise.stderr(a, b), noise)
+    return f"{head}: undecided at the repeat cap, a close call; the means decide ({side} the {pct(band)} band)"
+
+
+def _head(a: TrialResult, b: TrialResult, diff: float, se: float, noise: Noise) -> str:
+    runs = f"{noise.count(a)} and {noise.count(b)} runs"
+    between = "" if noise.between is None else f", run-to-run noise {pct(noise.between)}"
+    return (
+        f"head to head, {a.config.label()} vs {b.config.label()} over {runs}: {sps(a):.0f} vs {sps(b):.0f} "
+        f"samples/s, {pct(diff, signed=True)} ± {pct(Z * se)}{between}"
+    )
+
+
+def _repeat_text(t: TrialResult, noise: Noise, alone: bool) -> str:
+    runs = noise.count(t)
+    how = f"(its rival has had its {MAX_RUNS} runs)" if alone else "alternating with its rival"
+    return (
+        f"finalist {t.config.label()} ({sps(t):.0f} samples/s ±{pct(t.spread or 0.0)}, {runs} run"
+        f"{'' if runs == 1 else 's'}) measured again, {how}"
+    )
