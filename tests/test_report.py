@@ -122,6 +122,17 @@ def test_the_equivalence_set_is_marked_and_kept_in_the_json() -> None:
     assert f"Within noise of the best (≈): {labels} (a close call)" in out.getvalue()
 
 
+def test_the_csv_marks_the_equivalence_set(tmp_path: Path) -> None:
+    result = with_equivalents()
+    rec = result.recommendation
+    assert rec is not None
+    write_csv(result, tmp_path / "out.csv")
+    marked = [
+        line["num_workers"] for line in csv.DictReader((tmp_path / "out.csv").open()) if line["equivalent"] == "True"
+    ]
+    assert marked == [str(c.num_workers) for c in rec.equivalent if c != rec.config]
+
+
 def test_change_is_against_the_same_configuration_in_the_previous_run() -> None:
     report = build_report(RESULT, PREVIOUS)
     old = {t.config: t.samples_per_s for t in PREVIOUS.trials if t.status == "ok"}
@@ -191,7 +202,9 @@ def test_csv(tmp_path: Path) -> None:
             "uss": num(float(line["uss_per_worker_mb"])) if line["uss_per_worker_mb"] else "–",
             "pss": num(float(line["total_pss_mb"])),
             "change": pct(float(line["change_vs_previous"]), signed=True) if line["change_vs_previous"] else "new",
-            "mark": ("★" if line["recommended"] == "True" else "") + ("◆" if line["knee"] == "True" else ""),
+            "mark": ("★" if line["recommended"] == "True" else "")
+            + ("◆" if line["knee"] == "True" else "")
+            + ("≈" if line["equivalent"] == "True" else ""),
         }
         assert cells == expected()[row.config], row.config.label()
 

@@ -43,6 +43,7 @@ CSV_COLUMNS = [
     "uss_per_worker_mb",
     "recommended",
     "knee",
+    "equivalent",
     "change_vs_previous",
     "worker_threads",
     "main_threads",
@@ -68,6 +69,7 @@ def csv_row(row: ReportRow, result: SweepResult) -> dict[str, object]:
         uss_per_worker_mb=row.uss_per_worker_mb,
         recommended=row.recommended,
         knee=row.knee,
+        equivalent=row.equivalent,
         change_vs_previous=row.change,
     )
     data["worker_uss_mb"] = " ".join(f"{v:.1f}" for v in latest.worker_uss_mb)

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from loadertop.core.engine.analysis import snippet
-from loadertop.core.engine.band import choose, noise_band
+from loadertop.core.engine.band import Noise, choose
 from loadertop.core.engine.search import AdaptivePlanner
 from loadertop.core.engine.wording import pct, sps
 from loadertop.core.machine.facts import machine_info
@@ -112,7 +112,7 @@ class Tuner:
                 fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
             )
         best, rec = chosen
-        band = noise_band(self.settings.tolerance, best, rec)
+        band = Noise.of(self.results, self.settings.tolerance).band(rec, best)  # the band the choice used
         ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
         share = f", {pct(sps(rec) / ceiling)} of what the training step can take" if ceiling else ""
         if rec.config == best.config:
