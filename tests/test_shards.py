@@ -77,6 +77,7 @@ def test_webdataset_sweep_flags_too_few_shards_and_idle_workers(pattern: str, ru
     assert "4 shards for 2 ranks × 4 workers = 8 readers: 4 workers idle" in warned
     assert "use ≤ 2 workers per rank or split the data into ≥ 8 shards" in warned
     assert "2 of 4 workers produced no samples (worker 2, 3)" in warned  # counted in each rank's workers
+    assert len(by_workers[4].warnings) == 2, by_workers[4].warnings  # the ranks' same words, told once
 
 
 def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,6 +178,48 @@ def test_set_epoch_with_persistent_workers_repeats_the_order(shared: bool, persi
     del loader
 
 
+STREAM = """
+import torch
+from torch.utils.data import IterableDataset, get_worker_info
+
+
+class Stream(IterableDataset):
+    n_shards = 2
+
+    def __init__(self):
+        self.epoch = 0
+
+    def set_epoch(self, epoch):
+        self.epoch = epoch
+
+    def __iter__(self):
+        info = get_worker_info()
+        shards = range(2) if info is None else range(info.id, 2, info.num_workers)
+        for s in shards:
+            yield from (torch.full((4,), float(s * 512 + i)) for i in range(512))
+
+
+def make():
+    return Stream()
+"""
+
+
+def test_user_stream_sweep_warns_set_epoch_shards_and_idle(tmp_path: Path, runs: Path, no_leftovers: None) -> None:
+    """A factory's own IterableDataset: its `n_shards` is read, its set_epoch with persistent workers flagged."""
+    (tmp_path / "stream_factory.py").write_text(STREAM)
+    settings = Settings(
+        dataset=f"{tmp_path}/stream_factory.py:make", workers=(2, 3), batch_sizes=(8,), persistent_workers=(True,),
+        **FAST,
+    )  # fmt: skip
+    result = Sweep(settings, out_dir=runs).run()
+    assert all(t.status == "ok" for t in result.trials), [t.error for t in result.trials]
+    two, three = sorted(result.trials, key=lambda t: t.config.num_workers)
+    assert len(two.warnings) == 1 and "Stream has set_epoch" in two.warnings[0]
+    warned = " | ".join(three.warnings)
+    assert "2 shards for 1 rank × 3 workers = 3 readers: 1 worker idle" in warned
+    assert "1 of 3 workers produced no samples (worker 2)" in warned and "Stream has set_epoch" in warned
+
+
 # -- Hugging Face datasets saved to disk --------------------------------------------------------------------------
 
 
@@ -203,7 +246,7 @@ def test_hf_saved_dataset_map_style_and_streaming(saved: Path) -> None:
     seen = sorted(int(v) for batch in loader for v in batch["x"][:, 0])
     assert seen == list(range(64))
     assert "2 of 4 workers produced no samples" in (idle_warning(loader, 8) or "")
-    assert "2 shards for 1 ranks × 4 workers = 4 readers: 2 workers idle" in (shard_warning(2, 4, 1) or "")
+    assert "2 shards for 1 rank × 4 workers = 4 readers: 2 workers idle" in (shard_warning(2, 4, 1) or "")
 
 
 def test_bad_hf_specs_say_one_line(saved: Path, tmp_path: Path) -> None:

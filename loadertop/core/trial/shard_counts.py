@@ -39,16 +39,21 @@ def shard_warning(shards: int, workers: int, ranks: int, nodes: int = 1) -> str 
     readers = world * max(1, workers)
     if shards >= readers:
         return None
-    who = f"{ranks} ranks" if nodes == 1 else f"{nodes} nodes × {ranks} ranks"
+    who = _n(ranks, "rank") if nodes == 1 else f"{_n(nodes, 'node')} × {_n(ranks, 'rank')}"
     if workers > 0:
-        head = f"{shards} shards for {who} × {workers} workers = {readers} readers: {readers - shards} workers idle"
+        head = f"{_n(shards, 'shard')} for {who} × {_n(workers, 'worker')} = {readers} readers: "
+        head += f"{_n(readers - shards, 'worker')} idle"
     else:
-        head = f"{shards} shards for {who} (0 workers: each rank reads): {readers - shards} ranks idle"
+        head = f"{_n(shards, 'shard')} for {who} (0 workers: each rank reads): {_n(readers - shards, 'rank')} idle"
     if shards < world:
         starved = f"{world - shards} of {world} ranks get no shard at all (DDP waits for them forever)"
         return f"{head}; {starved}; split the data into ≥ {readers} shards"
     per_rank = shards // world
     return f"{head}; use ≤ {per_rank} workers per rank or split the data into ≥ {readers} shards"
+
+
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def set_epoch_warning(dataset: Any, config: TrialConfig) -> str | None:
@@ -110,7 +115,8 @@ def idle_warning(loader: Any, batches: int) -> str | None:
     if not idle:
         return None
     ids = ", ".join(str(i) for i in idle)
+    # Not the counts themselves: every rank says this, and the same words from each are told once.
     return (
-        f"{len(idle)} of {len(counts)} workers produced no samples (worker {ids}); per-worker samples "
-        f"{counts}: the dataset gives them no shard (fewer shards than workers) or its __iter__ skips them"
+        f"{len(idle)} of {len(counts)} workers produced no samples (worker {ids}): the dataset gives them no "
+        "shard (fewer shards than workers) or its __iter__ skips them"
     )
