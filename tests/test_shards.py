@@ -23,6 +23,7 @@ from loadertop.core.trial.shard_counts import CountingCollate, idle_warning, set
 
 FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid", start_methods=("fork",))
 SHARDS, PER_SHARD = 4, 48
+ROWS = 512  # of the Hugging Face dataset, in 2 Arrow files
 
 
 def write_shards(folder: Path, shards: int, per_shard: int) -> str:
@@ -118,6 +119,11 @@ def test_shard_arithmetic_names_the_numbers_and_the_fix() -> None:
         "use ≤ 4 workers per rank or split the data into ≥ 16 shards"
     )
     assert shard_warning(16, workers=8, ranks=2) is None
+    assert shard_warning(2, workers=4, ranks=2, per_rank=True) == (  # datasets' split_dataset_by_node counts per rank
+        "2 shards per rank for 2 ranks × 4 workers = 8 readers: 4 workers idle; "
+        "use ≤ 2 workers per rank or split the data into ≥ 8 shards"
+    )
+    assert "use ≤ 1 worker per rank" in (shard_warning(2, workers=2, ranks=2) or "")
     assert "2 of 4 ranks get no shard at all" in (shard_warning(2, workers=1, ranks=2, nodes=2) or "")
     assert "for 2 nodes × 2 ranks" in (shard_warning(2, workers=1, ranks=2, nodes=2) or "")
 
@@ -230,7 +236,7 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from datasets.table import InMemoryTable
 
     path = tmp_path_factory.mktemp("hf") / "saved"
-    rows = {"x": [[float(i)] * 8 for i in range(64)], "label": [i % 10 for i in range(64)]}
+    rows = {"x": [[float(i)] * 8 for i in range(ROWS)], "label": [i % 10 for i in range(ROWS)]}
     # A fingerprint given: datasets 5.2 cannot hash a pyarrow table to make one (PicklingError on MonthDayNano).
     table = InMemoryTable(pa.table(rows))
     datasets.Dataset(table, fingerprint="loadertop-test").save_to_disk(str(path), num_shards=2)
@@ -239,12 +245,12 @@ def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_hf_saved_dataset_map_style_and_streaming(saved: Path) -> None:
     dataset, _ = load_dataset(f"hf:{saved}")
-    assert len(dataset) == 64 and dataset[3]["x"].shape == (8,) and int(dataset[3]["label"]) == 3
+    assert len(dataset) == ROWS and dataset[3]["x"].shape == (8,) and int(dataset[3]["label"]) == 3
     stream, _ = load_dataset(f"hf:{saved}:streaming=1")  # shards: one per Arrow file
     assert isinstance(stream, IterableDataset) and stream.n_shards == 2
     loader = DataLoader(stream, batch_size=8, num_workers=4, collate_fn=CountingCollate(default_collate, 4))
     seen = sorted(int(v) for batch in loader for v in batch["x"][:, 0])
-    assert seen == list(range(64))
+    assert seen == list(range(ROWS))
     assert "2 of 4 workers produced no samples" in (idle_warning(loader, 8) or "")
     assert "2 shards for 1 rank × 4 workers = 4 readers: 2 workers idle" in (shard_warning(2, 4, 1) or "")
 
@@ -261,3 +267,16 @@ def test_bad_hf_specs_say_one_line(saved: Path, tmp_path: Path) -> None:
         with pytest.raises(SpecError) as caught:
             load_dataset(spec)
         assert needle in str(caught.value) and "\n" not in str(caught.value), (spec, str(caught.value))
+
+
+def test_hf_streaming_sweep_counts_shards_per_rank(saved: Path, runs: Path, no_leftovers: None) -> None:
+    """2 Arrow files, 2 ranks: split_dataset_by_node leaves each rank 1 shard, so 3 of its 4 workers are idle."""
+    settings = Settings(dataset=f"hf:{saved}:streaming=1", workers=(4,), batch_sizes=(8,), ranks=2, **FAST)
+    (trial,) = Sweep(settings, out_dir=runs).run().trials
+    assert trial.status == "ok", trial.error
+    assert trial.warnings == (
+        "1 shard per rank for 2 ranks × 4 workers = 8 readers: 6 workers idle; "
+        "use ≤ 1 worker per rank or split the data into ≥ 8 shards",
+        "3 of 4 workers produced no samples (worker 1, 2, 3): the dataset gives them no shard (fewer shards than "
+        "workers) or its __iter__ skips them",
+    )

@@ -391,8 +391,8 @@ def measure(
 
 def _before(dataset: Any, config: TrialConfig, settings: Settings) -> list[str]:
     """What can be told before a trial runs: too few shards for the readers, the set_epoch trap."""
-    shards = shard_count(dataset)
-    found = [shard_warning(shards, config.num_workers, settings.ranks)] if shards is not None else []
+    counted = shard_count(dataset)
+    found = [shard_warning(counted[0], config.num_workers, settings.ranks, per_rank=counted[1])] if counted else []
     found.append(set_epoch_warning(dataset, config))
     return [w for w in found if w]
 

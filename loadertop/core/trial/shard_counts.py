@@ -18,38 +18,42 @@ from typing import Any
 from loadertop.core.model.config import TrialConfig
 
 
-def shard_count(dataset: Any) -> int | None:
-    """The number of shards a dataset says it has: `n_shards` or `num_shards` (WebDatasetShards, a Hugging Face
-    IterableDataset, a user's class), or the URL list of a webdataset pipeline. None when it does not say."""
+def shard_count(dataset: Any) -> tuple[int, bool] | None:
+    """(shards, per rank) a dataset says it has: `n_shards` or `num_shards` (WebDatasetShards, a Hugging Face
+    IterableDataset, a user's class), or the URL list of a webdataset pipeline; per rank when it was already split
+    by node (datasets' split_dataset_by_node: its count is the rank's own). None when it does not say."""
+    per_rank = getattr(dataset, "_distributed", None) is not None
     for name in ("n_shards", "num_shards"):
         try:
             value = getattr(dataset, name, None)
         except Exception:  # a property that fails says nothing
             value = None
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
+            return value, per_rank
     pipeline = getattr(dataset, "pipeline", None)  # webdataset.WebDataset / DataPipeline: its first stage lists them
     urls = getattr(pipeline[0], "urls", None) if isinstance(pipeline, list) and pipeline else None
-    return len(urls) if isinstance(urls, list) and urls else None
+    return (len(urls), False) if isinstance(urls, list) and urls else None
 
 
-def shard_warning(shards: int, workers: int, ranks: int, nodes: int = 1) -> str | None:
-    """A warning when `shards` cannot keep every reader (ranks × nodes × workers) busy; None when they can."""
+def shard_warning(shards: int, workers: int, ranks: int, nodes: int = 1, per_rank: bool = False) -> str | None:
+    """A warning when `shards` (in all, or each rank's own when `per_rank`) cannot keep every reader
+    (ranks × nodes × workers) busy; None when they can."""
     world = ranks * nodes
     readers = world * max(1, workers)
-    if shards >= readers:
+    total = shards * world if per_rank else shards
+    if total >= readers:
         return None
     who = _n(ranks, "rank") if nodes == 1 else f"{_n(nodes, 'node')} × {_n(ranks, 'rank')}"
+    count = f"{_n(shards, 'shard')} per rank" if per_rank else _n(shards, "shard")
     if workers > 0:
-        head = f"{_n(shards, 'shard')} for {who} × {_n(workers, 'worker')} = {readers} readers: "
-        head += f"{_n(readers - shards, 'worker')} idle"
+        head = f"{count} for {who} × {_n(workers, 'worker')} = {readers} readers: {_n(readers - total, 'worker')} idle"
     else:
-        head = f"{_n(shards, 'shard')} for {who} (0 workers: each rank reads): {_n(readers - shards, 'rank')} idle"
-    if shards < world:
-        starved = f"{world - shards} of {world} ranks get no shard at all (DDP waits for them forever)"
+        head = f"{count} for {who} (0 workers: each rank reads): {_n(readers - total, 'rank')} idle"
+    if total < world:
+        starved = f"{world - total} of {world} ranks get no shard at all (DDP waits for them forever)"
         return f"{head}; {starved}; split the data into ≥ {readers} shards"
-    per_rank = shards // world
-    return f"{head}; use ≤ {per_rank} workers per rank or split the data into ≥ {readers} shards"
+    fewer = _n(total // world, "worker")
+    return f"{head}; use ≤ {fewer} per rank or split the data into ≥ {readers} shards"
 
 
 def _n(count: int, noun: str) -> str:
