@@ -81,7 +81,7 @@ def test_webdataset_sweep_flags_too_few_shards_and_idle_workers(pattern: str, ru
     assert len(by_workers[4].warnings) == 2, by_workers[4].warnings  # the ranks' same words, told once
 
 
-def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path) -> None:
     pytest.importorskip("webdataset", reason="pip install webdataset (the scale extra)")
     for spec, needle in (
         (f"webdataset:{tmp_path}/none-{{0..3}}.tar", "none-0.tar' not found (and 3 more)"),
@@ -93,9 +93,13 @@ def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path, monkeyp
         with pytest.raises(SpecError) as caught:
             load_dataset(spec)
         assert needle in str(caught.value) and "\n" not in str(caught.value), spec
-    monkeypatch.setitem(sys.modules, "webdataset", None)  # as if not installed
-    with pytest.raises(SpecError, match="pip install webdataset"):
-        load_dataset(f"webdataset:{pattern}")
+
+
+def test_a_missing_package_says_what_to_install(pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for module, spec in (("webdataset", f"webdataset:{pattern}"), ("datasets", "hf:/tmp")):
+        monkeypatch.setitem(sys.modules, module, None)  # as if not installed
+        with pytest.raises(SpecError, match=f"pip install {module}$"):
+            load_dataset(spec)
 
 
 def test_bad_webdataset_path_is_exit_2_from_the_cli(tmp_path: Path) -> None:
