@@ -81,6 +81,18 @@ def test_webdataset_sweep_flags_too_few_shards_and_idle_workers(pattern: str, ru
     assert len(by_workers[4].warnings) == 2, by_workers[4].warnings  # the ranks' same words, told once
 
 
+def test_a_rank_without_a_shard_fails_its_trial_saying_why(tmp_path: Path, runs: Path, no_leftovers: None) -> None:
+    pytest.importorskip("webdataset", reason="pip install webdataset (the scale extra)")
+    one = write_shards(tmp_path / "one", 1, 16)
+    settings = Settings(dataset=f"webdataset:{one}", workers=(0,), batch_sizes=(8,), ranks=2, **FAST)
+    (trial,) = Sweep(settings, out_dir=runs).run().trials
+    assert trial.status == "failed"
+    assert (
+        trial.error is not None
+        and "rank 1: RuntimeError: the loader yielded no batch; 1 shard for 2 ranks" in trial.error
+    )
+
+
 def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path) -> None:
     pytest.importorskip("webdataset", reason="pip install webdataset (the scale extra)")
     for spec, needle in (
@@ -129,6 +141,7 @@ def test_shard_arithmetic_names_the_numbers_and_the_fix() -> None:
     )
     assert "use ≤ 1 worker per rank" in (shard_warning(2, workers=2, ranks=2) or "")
     assert "2 of 4 ranks get no shard at all" in (shard_warning(2, workers=1, ranks=2, nodes=2) or "")
+    assert "1 of 2 ranks gets no shard at all" in (shard_warning(1, workers=0, ranks=2) or "")
     assert "for 2 nodes × 2 ranks" in (shard_warning(2, workers=1, ranks=2, nodes=2) or "")
 
 

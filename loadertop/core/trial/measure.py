@@ -177,7 +177,10 @@ class MeasuredLoop:
 
     def first_batch(self) -> float:
         assert self.it is not None
-        batch = next(self.it)
+        try:
+            batch = next(self.it)
+        except StopIteration:  # a rank without a shard, an empty stream: say why when a check knows
+            raise RuntimeError("; ".join(["the loader yielded no batch", *self.warnings[:1]])) from None
         self.batches += 1
         now = time.perf_counter()
         self.first_batch_s = now - self.started

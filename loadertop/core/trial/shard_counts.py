@@ -50,7 +50,8 @@ def shard_warning(shards: int, workers: int, ranks: int, nodes: int = 1, per_ran
     else:
         head = f"{count} for {who} (0 workers: each rank reads): {_n(readers - total, 'rank')} idle"
     if total < world:
-        starved = f"{world - total} of {world} ranks get no shard at all (DDP waits for them forever)"
+        starved = f"{world - total} of {world} ranks {'gets' if world - total == 1 else 'get'} no shard at all"
+        starved += " (DDP waits for them forever)"
         return f"{head}; {starved}; split the data into ≥ {readers} shards"
     fewer = _n(total // world, "worker")
     return f"{head}; use ≤ {fewer} per rank or split the data into ≥ {readers} shards"
