@@ -1,6 +1,7 @@
 """Dataset and consumer specs.
 
-Datasets: `synthetic[:k=v,...]`, `imagefolder:PATH[:k=v,...]`, `package.module:callable`,
+Datasets: `synthetic[:k=v,...]`, `imagefolder:PATH[:k=v,...]`, `webdataset:PATTERN[:k=v,...]` (tar shards),
+`hf:PATH[:k=v,...]` (a Hugging Face dataset saved with save_to_disk), `package.module:callable`,
 `path/to/file.py:callable` (and `pickle:PATH[@MAIN]` from the Python API). Consumers: `package.module:callable`
 or `path/to/file.py:callable`, a `(batch) -> None` training step.
 
@@ -41,6 +42,14 @@ def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[An
         from loadertop.core.datasets.imagefolder import open_image_folder
 
         return open_image_folder(rest, dict(kwargs or {})), {}
+    if name == "webdataset":
+        from loadertop.core.datasets.wds import open_webdataset
+
+        return open_webdataset(rest, dict(kwargs or {})), {}
+    if name == "hf":
+        from loadertop.core.datasets.hf import open_hf
+
+        return open_hf(rest, dict(kwargs or {})), {}
     if name == "pickle":
         return _unpickle(rest), {}
     target, attr = split_callable(spec, "dataset")
@@ -85,7 +94,7 @@ def split_callable(spec: str, what: str) -> tuple[str, str]:
     """`pkg.mod:name` or `path/file.py:name` into (target, name)."""
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
-        forms = "synthetic[:k=v,...], imagefolder:PATH, " if what == "dataset" else ""
+        forms = "synthetic[:k=v,...], imagefolder:PATH, webdataset:PATTERN, hf:PATH, " if what == "dataset" else ""
         raise SpecError(f"{what} spec {spec!r}: expected {forms}package.module:callable or path/to/file.py:callable")
     return target, attr
 

@@ -92,6 +92,10 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
         kwargs["multiprocessing_context"] = multiprocessing.get_context(config.start_method)
         if not config.in_order:
             kwargs["in_order"] = False  # only passed when asked: older torch has no such argument
+        if iterable:  # per-worker sample counts: a worker that yields nothing is idle (shard_counts.py)
+            from loadertop.core.trial.shard_counts import counting_collate
+
+            counting_collate(kwargs, config)
     loader = DataLoader(
         dataset,
         batch_size=batch_size,

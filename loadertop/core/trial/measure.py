@@ -11,12 +11,13 @@ import signal
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Measuring, Started, TrialNotice, Workers
 from loadertop.core.trial.loader import EpochControl
+from loadertop.core.trial.shard_counts import idle_warning, set_epoch_warning, shard_count, shard_warning
 from loadertop.core.trial.sharding import ShardCheck, batch_rows
 
 
@@ -161,6 +162,8 @@ class MeasuredLoop:
         self.crossings: list[float] = []  # epoch boundaries crossed on the way: wait for the next epoch's first batch
         self.on_new_workers: Callable[[list[int]], None] | None = None
         self.skip = warmup_batches(config, settings.skip_warmup)
+        self.batches = 0  # handed out so far, every epoch
+        self.warnings = _before(getattr(loader, "dataset", None), config, settings)  # the trial's warnings, in order
 
     def start(self) -> list[int]:
         """iter(loader): the workers start. Returns their pids."""
@@ -174,7 +177,11 @@ class MeasuredLoop:
 
     def first_batch(self) -> float:
         assert self.it is not None
-        batch = next(self.it)
+        try:
+            batch = next(self.it)
+        except StopIteration:  # a rank without a shard, an empty stream: say why when a check knows
+            raise RuntimeError("; ".join(["the loader yielded no batch", *self.warnings[:1]])) from None
+        self.batches += 1
         now = time.perf_counter()
         self.first_batch_s = now - self.started
         self.batch_mb = batch_mb(batch)
@@ -193,6 +200,7 @@ class MeasuredLoop:
         """The next batch, crossing an epoch boundary if the data runs out (the block is then tainted)."""
         assert self.it is not None
         t = time.perf_counter()
+        self.batches += 1
         try:
             return next(self.it), False
         except StopIteration:
@@ -203,14 +211,18 @@ class MeasuredLoop:
                 self.on_new_workers(_worker_pids(self.it))
             return out, True
 
-    def warm_up(self) -> str | None:
-        """Consume the start-up buffer unmeasured. Returns a warning when the workers of an IterableDataset all
-        yield the same samples (checked on these batches, which are not measured, so hashing costs nothing)."""
+    def warm_up(self) -> list[str]:
+        """Consume the start-up buffer unmeasured. Returns the trial's warnings so far: the checks made before it
+        (shard arithmetic, set_epoch) and, when the workers of an IterableDataset all yield the same samples, that
+        (checked on these batches, which are not measured, so hashing costs nothing)."""
         for _ in range(max(0, self.skip - 1)):  # the first batch was one of them
             batch = self.next_batch()[0]
             self._seen(batch)
             self.consumer(batch)
-        return self.shards.verdict() if self.shards is not None else None
+        verdict = self.shards.verdict() if self.shards is not None else None
+        if verdict:
+            self.warnings.append(verdict)
+        return list(self.warnings)
 
     def blocks(self, emit: Emit, stop_when_stable: bool = True, seconds: float | None = None) -> Finished:
         """Measured blocks until the spread is under target (if `stop_when_stable`) or the deadline (now +
@@ -245,6 +257,9 @@ class MeasuredLoop:
                     break
             if time.perf_counter() >= self.deadline:
                 break
+        idle = idle_warning(self.loader, self.batches)
+        if idle:
+            self.warnings.append(idle)
         return self._finished(tally, whole_epochs, stable, stop_when_stable)
 
     def _time_block(self, whole_epochs: bool, have_blocks: bool) -> _Timed:
@@ -334,6 +349,7 @@ class MeasuredLoop:
             wait_ms_p99=tails[2] if tails else None,
             boundary_wait_ms=tuple(c * 1e3 for c in self.crossings[-BOUNDARIES_KEPT:]),
             main_threads=torch.get_num_threads(),  # after the consumer's steps: a step that sets its own counts
+            warnings=tuple(dict.fromkeys(self.warnings)),
         )
 
     def epoch_boundary(self) -> float | None:
@@ -367,15 +383,21 @@ def measure(
     emit(Workers(tuple(loop.start())))
     first = loop.first_batch()
     emit(Started(tuple(loop.worker_pids()), first, loop.batch_mb))
-    warning = loop.warm_up()
-    if warning:
+    for warning in loop.warm_up():
         emit(TrialNotice(warning))
-    finished = loop.blocks(emit)
-    emit(replace(finished, warnings=(warning,) if warning else ()))
+    emit(loop.blocks(emit))
     # After Finished: the window is closed, so the restart's CPU burst and new workers stay out of the trial's CPU
     # and memory figures. New workers are in the trial's process group all the same.
     loop.on_new_workers = None
     emit(Epoch(loop.epoch_boundary()))
+
+
+def _before(dataset: Any, config: TrialConfig, settings: Settings) -> list[str]:
+    """What can be told before a trial runs: too few shards for the readers, the set_epoch trap."""
+    counted = shard_count(dataset)
+    found = [shard_warning(counted[0], config.num_workers, settings.ranks, per_rank=counted[1])] if counted else []
+    found.append(set_epoch_warning(dataset, config))
+    return [w for w in found if w]
 
 
 def _length(loader: Any) -> int:

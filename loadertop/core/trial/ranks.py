@@ -160,15 +160,14 @@ def _measure_rank(rank: int, world: int, settings: Settings, config: TrialConfig
     emit(Workers(workers, ranks))
     first = loop.first_batch()
     emit(Started(workers, first, loop.batch_mb, ranks))
-    warning = loop.warm_up()
-    if warning:
+    for warning in loop.warm_up():
         emit(TrialNotice(f"rank {rank}: {warning}"))
 
     # One measured window for all: stopping one rank early would flatter the others.
     elapsed = max(gather(time.perf_counter() - loop.started - first))  # of the budget, which starts at the first batch
     window = max(settings.trial_seconds - elapsed, settings.min_blocks * settings.block_seconds)
     finished = loop.blocks(_scaled(emit, world), stop_when_stable=False, seconds=window)
-    emit(aggregate(gather(replace(finished, warnings=(warning,) if warning else ()))))
+    emit(aggregate(gather(finished)))
 
     # The epoch boundary, every rank at once (after Finished: outside the window).
     boundaries = [b for b in gather(loop.epoch_boundary()) if b is not None]
