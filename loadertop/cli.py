@@ -24,6 +24,9 @@ dataset specs:
   synthetic[:k=v,...]      built-in cost model: length, cpu_ms, io_ms, kb (e.g. synthetic:io_ms=20,cpu_ms=0.5)
   imagefolder:PATH[:k=v]   PATH/<class>/<image>: Pillow decode, resize, centre crop, tensor; size=224,
                            resize=256, dtype=uint8|float (or as --dataset-arg KEY=VALUE)
+  webdataset:PATTERN[:k=v] WebDataset tar shards (brace pattern or glob): size=, fields=jpg+cls, shuffle=
+  hf:PATH[:k=v]            a Hugging Face dataset saved with save_to_disk: streaming=1, shards=N, split=,
+                           columns=a+b (pip install "loadertop[scale]" for both)
   package.module:callable  a factory returning a Dataset (map-style or IterableDataset), or a mapping
                            {"dataset": ..., **DataLoader kwargs not swept: collate_fn, sampler, ...}
   path/to/file.py:callable the same, from a file (its folder goes on sys.path, for spawn workers too)
