@@ -20,6 +20,9 @@ EXIT_USAGE = 2
 EXIT_BUG = 1
 
 EPILOG = """\
+a running training job (with `for batch in loadertop.watch(loader):`, or any job with DataLoader workers):
+  loadertop attach [PID]   watch it live: throughput, stall, epochs, workers' memory and leaks (attach --help)
+
 dataset specs:
   synthetic[:k=v,...]      built-in cost model: length, cpu_ms, io_ms, kb (e.g. synthetic:io_ms=20,cpu_ms=0.5)
   imagefolder:PATH[:k=v]   PATH/<class>/<image>: Pillow decode, resize, centre crop, tensor; size=224,
