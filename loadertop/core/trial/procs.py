@@ -20,9 +20,13 @@ def prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
-def die_with_parent() -> None:
-    """The kernel SIGKILLs this process when its parent dies."""
+def die_with_parent(parent: int | None = None) -> None:
+    """The kernel SIGKILLs this process when its parent dies. With `parent` (the pid that forked us, read before the
+    fork): a parent that died before the signal was armed leaves us reparented, and we exit now instead of living on
+    as an orphan nobody will kill."""
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if parent is not None and sys.platform.startswith("linux") and os.getppid() != parent:
+        os._exit(1)
 
 
 def become_subreaper() -> None:

@@ -84,11 +84,12 @@ def run_ranks(settings: Settings, config: TrialConfig, send: Emit) -> None:
     port = _free_port()
     errors_r, errors_w = os.pipe()  # ranks that fail say why here before they exit
     children: list[int] = []
+    rank0 = os.getpid()
     for rank in range(1, world):
         pid = os.fork()
         if pid == 0:  # pragma: no cover (runs in the forked rank)
+            die_with_parent(rank0)
             os.close(errors_r)
-            die_with_parent()
             code = 0
             try:
                 _rank_main(rank, world, port, settings, config, lambda message: None, errors_w)

@@ -78,8 +78,10 @@ def main() -> int:
 
 def _run_forked(request: TrialRequest | CeilingRequest) -> None:
     """A trial (or the ceiling) in a forked process that leads its own process group; returns once it exited."""
+    runner = os.getpid()
     child = os.fork()
     if child == 0:
+        die_with_parent(runner)  # the runner died: so does the trial (armed before anything else can run)
         os.setpgid(0, 0)
         os._exit(_ceiling_main(request) if isinstance(request, CeilingRequest) else _trial_main(request))
     with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
@@ -140,9 +142,10 @@ def _check(request: CheckRequest) -> None:
 
     In a forked child, so the user's imports, threads and open files never become part of the runner that every
     trial is forked from."""
+    runner = os.getpid()
     pid = os.fork()
     if pid == 0:
-        die_with_parent()
+        die_with_parent(runner)
         code = 1
         try:
             code = _check_child(request)
@@ -253,7 +256,6 @@ def _len(dataset: Any) -> int | None:
 
 def _ceiling_main(request: CeilingRequest) -> int:
     """The consumer alone on a cached batch (ceiling.py), in a forked process like a trial."""
-    die_with_parent()
     from loadertop.core.trial.ceiling import ceiling_main
 
     try:
@@ -264,7 +266,6 @@ def _ceiling_main(request: CeilingRequest) -> int:
 
 def _trial_main(request: TrialRequest) -> int:
     """The trial process: build the dataset and DataLoader, measure, report. Never returns normally."""
-    die_with_parent()  # the runner died: so does the trial
     import faulthandler
 
     faulthandler.enable()  # a segfault in the dataset's native code leaves its Python stack in the log
