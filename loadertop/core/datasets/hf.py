@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
-from loadertop.core.datasets.wds import split_options
+from loadertop.core.datasets.options import split_options
 
 OPTIONS = ("streaming", "shards", "split", "columns")
 

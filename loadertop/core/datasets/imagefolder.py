@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
+from loadertop.core.datasets.options import split_options
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MEAN = (0.485, 0.456, 0.406)
@@ -29,17 +30,7 @@ OPTIONS = ("size", "resize", "dtype")
 
 def open_image_folder(rest: str, kwargs: Mapping[str, str]) -> Any:
     """The dataset for `imagefolder:` + `rest` (PATH or PATH:k=v,...) and --dataset-arg options."""
-    path, options = rest, dict(kwargs)
-    head, sep, tail = rest.rpartition(":")
-    if sep and "=" in tail:
-        path = head
-        for item in filter(None, (part.strip() for part in tail.split(","))):
-            key, eq, value = item.partition("=")
-            if not eq:
-                raise SpecError(f"imagefolder option {item!r}: expected key=value")
-            options.setdefault(key.strip(), value.strip())
-    if not path:
-        raise SpecError("dataset spec 'imagefolder:' needs a folder: imagefolder:PATH")
+    path, options = split_options("imagefolder", rest, kwargs, what="folder")
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         raise SpecError(f"imagefolder option {unknown[0]!r} is not one of {', '.join(OPTIONS)}")

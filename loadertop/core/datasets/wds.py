@@ -24,26 +24,11 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from loadertop.core.datasets.errors import SpecError
+from loadertop.core.datasets.options import split_options
 
 OPTIONS = ("size", "fields", "shuffle")
 LABELS = ("cls", "txt", "json", "index", "id")
 IMAGES = ("jpg", "jpeg", "png", "ppm", "bmp", "webp", "tif", "tiff")
-
-
-def split_options(kind: str, rest: str, kwargs: Mapping[str, str]) -> tuple[str, dict[str, str]]:
-    """`PATH[:k=v,...]` plus --dataset-arg options into (PATH, options); the spec's own options win."""
-    path, options = rest, dict(kwargs)
-    head, sep, tail = rest.rpartition(":")
-    if sep and "=" in tail:
-        path = head
-        for item in filter(None, (part.strip() for part in tail.split(","))):
-            key, eq, value = item.partition("=")
-            if not eq:
-                raise SpecError(f"{kind} option {item!r}: expected key=value")
-            options[key.strip()] = value.strip()
-    if not path:
-        raise SpecError(f"dataset spec '{kind}:' needs a path: {kind}:PATH")
-    return path, options
 
 
 def expand(pattern: str) -> list[str]:
