@@ -39,7 +39,9 @@ def transport_share(trial: TrialResult, ceilings: Sequence[Ceiling], tolerance: 
     if trial.config.num_workers == 0 or c is None or not c.samples_per_s or trial.samples_per_s is None:
         return None
     share = trial.samples_per_s / c.samples_per_s
-    at = min(TRANSPORT_BOUND, 1.0 - noise_band(tolerance, trial))
+    # The ceiling is a measurement too (short blocks, its own spread): one read high by its spread must not flip a
+    # trial at 89% of it out of transport-bound and one at 91% in.
+    at = min(TRANSPORT_BOUND, 1.0 - noise_band(tolerance, trial)) - (c.spread or 0.0)
     return (c, share) if share >= at else None
 
 
