@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
-from loadertop.core.datasets.options import split_options
+from loadertop.core.datasets.options import split_options, whole
 
 OPTIONS = ("streaming", "shards", "split", "columns")
 
@@ -27,10 +27,7 @@ def open_hf(rest: str, kwargs: Mapping[str, str]) -> Any:
         import datasets
     except ImportError:
         raise SpecError("hf datasets need the datasets package: pip install datasets") from None
-    path, options = split_options("hf", rest, kwargs)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise SpecError(f"hf option {unknown[0]!r} is not one of {', '.join(OPTIONS)}")
+    path, options = split_options("hf", rest, kwargs, OPTIONS)
     if not Path(path).is_dir():
         raise SpecError(f"hf {path!r}: folder not found (expects a folder written by save_to_disk)")
     try:
@@ -46,7 +43,7 @@ def open_hf(rest: str, kwargs: Mapping[str, str]) -> Any:
         data = data.select_columns(columns)
     if options.get("streaming", "0") in ("0", "false", "no", "off"):
         return data.with_format("torch")
-    shards = _whole(options.get("shards") or str(max(1, len(data.cache_files))), "shards")
+    shards = whole("hf", "shards", options.get("shards") or str(max(1, len(data.cache_files))), 1)
     if shards > len(data):
         raise SpecError(f"hf option shards={shards}: more shards than the {len(data)} rows")
     stream = data.to_iterable_dataset(num_shards=shards)
@@ -76,16 +73,6 @@ def _split_by_node(stream: Any) -> Any:
     from datasets.distributed import split_dataset_by_node
 
     return split_dataset_by_node(stream, rank=dist.get_rank(), world_size=dist.get_world_size())
-
-
-def _whole(text: str, key: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(f"hf option {key}={text!r} is not a whole number") from None
-    if value < 1:
-        raise SpecError(f"hf option {key}={value}: must be at least 1")
-    return value
 
 
 def _line(exc: BaseException) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
-from loadertop.core.datasets.options import split_options
+from loadertop.core.datasets.options import split_options, whole
 
 EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
 MEAN = (0.485, 0.456, 0.406)
@@ -30,28 +30,15 @@ OPTIONS = ("size", "resize", "dtype")
 
 def open_image_folder(rest: str, kwargs: Mapping[str, str]) -> Any:
     """The dataset for `imagefolder:` + `rest` (PATH or PATH:k=v,...) and --dataset-arg options."""
-    path, options = split_options("imagefolder", rest, kwargs, what="folder")
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise SpecError(f"imagefolder option {unknown[0]!r} is not one of {', '.join(OPTIONS)}")
-    size = _positive(options.get("size", "224"), "size")
-    resize = _positive(options.get("resize", str(round(size * 256 / 224))), "resize")
+    path, options = split_options("imagefolder", rest, kwargs, OPTIONS, what="folder")
+    size = whole("imagefolder", "size", options.get("size", "224"), 1)
+    resize = whole("imagefolder", "resize", options.get("resize", str(round(size * 256 / 224))), 1)
     if resize < size:
         raise SpecError(f"imagefolder options: resize={resize} is smaller than the crop size={size}")
     dtype = options.get("dtype", "uint8")
     if dtype not in ("uint8", "float"):
         raise SpecError(f"imagefolder option dtype={dtype!r}: expected uint8 or float")
     return ImageFolderDataset(path, size=size, resize=resize, dtype=dtype)
-
-
-def _positive(text: str, key: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(f"imagefolder option {key}={text!r} is not a whole number") from None
-    if value < 1:
-        raise SpecError(f"imagefolder option {key}={value}: must be at least 1")
-    return value
 
 
 def scan(root: Path) -> tuple[list[str], list[tuple[str, int]]]:

@@ -24,7 +24,7 @@ from typing import Any
 from torch.utils.data import IterableDataset
 
 from loadertop.core.datasets.errors import SpecError
-from loadertop.core.datasets.options import split_options
+from loadertop.core.datasets.options import split_options, whole
 
 OPTIONS = ("size", "fields", "shuffle")
 LABELS = ("cls", "txt", "json", "index", "id")
@@ -54,24 +54,11 @@ def open_webdataset(rest: str, kwargs: Mapping[str, str]) -> WebDatasetShards:
         import webdataset  # noqa: F401
     except ImportError:
         raise SpecError("webdataset datasets need the webdataset package: pip install webdataset") from None
-    pattern, options = split_options("webdataset", rest, kwargs)
-    unknown = sorted(set(options) - set(OPTIONS))
-    if unknown:
-        raise SpecError(f"webdataset option {unknown[0]!r} is not one of {', '.join(OPTIONS)}")
-    size = _count(options.get("size", "0"), "size")
-    shuffle = _count(options.get("shuffle", "0"), "shuffle")
+    pattern, options = split_options("webdataset", rest, kwargs, OPTIONS)
+    size = whole("webdataset", "size", options.get("size", "0"), 0)
+    shuffle = whole("webdataset", "shuffle", options.get("shuffle", "0"), 0)
     fields = tuple(f.strip().lstrip(".") for f in options.get("fields", "").split("+") if f.strip())
     return WebDatasetShards(expand(pattern), size=size, fields=fields, shuffle=shuffle)
-
-
-def _count(text: str, key: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise SpecError(f"webdataset option {key}={text!r} is not a whole number") from None
-    if value < 0:
-        raise SpecError(f"webdataset option {key}={value}: cannot be negative")
-    return value
 
 
 class WebDatasetShards(IterableDataset[tuple[Any, ...]]):
