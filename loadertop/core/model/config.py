@@ -166,6 +166,15 @@ class Settings:
         "--no-transport", "skip the transport ceiling (the most batches/s the hand-off from workers allows for this "
         "batch structure, at 0-8 workers: a few seconds per batch size)", "flag", group=_HOW, const=False,
         default=True))
+    # Many nodes (a torchrun or srun launch, detected from the environment): how long node 0 waits for every node.
+    join_timeout: float = field(default=60.0, metadata=option(
+        "--join-timeout", "many nodes: seconds to wait for every node's agent to join (default 60)", "number",
+        group="many nodes", metavar="S"))
+    # Set by the agents, not by users: this sweep's node count and this node's rank (the trial shards its data as
+    # global rank node_rank × ranks + local rank of nodes × ranks). Equal settings across nodes ignore node_rank.
+    nodes: int = field(default=1, metadata=option(None, "nodes in the sweep (set by the launch)", "count", low=1))
+    node_rank: int = field(default=0, metadata=option(
+        None, "this node's rank (set by the launch)", "count", low=0))
     search: str = field(default="adaptive", metadata=option(
         "--search", "adaptive (default): climb, bisect, repeat the finalists; grid: all of them", "choice",
         choices=("adaptive", "grid")))

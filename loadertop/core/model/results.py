@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.nodes import NodeInfo, NodeTrial
 
 RESULT_VERSION = 1
 
@@ -97,11 +98,17 @@ class TrialResult:
     boundary_wait_ms: tuple[float, ...] = ()  # the wait for the first batch after each epoch boundary crossed (last 32)
     rank_wait_ms_p99: tuple[float, ...] = ()  # each rank's p99, when ranks > 1
     main_threads: int | None = None  # intra-op threads of the trial's main process (where the consumer steps)
+    # Many nodes (model/nodes.py): each node's samples/s (its ranks summed), in node rank order; every node's share;
+    # and the rank that paced the job, e.g. "node 1 (gpu-b) rank 0". Empty / None on one node.
+    node_samples_per_s: tuple[float, ...] = ()
+    node_trials: tuple[NodeTrial, ...] = ()
+    slowest_rank: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         for name in _TUPLES:
             data[name] = list(getattr(self, name))
+        data["node_trials"] = [n.to_dict() for n in self.node_trials]
         return data
 
     @classmethod
@@ -110,11 +117,12 @@ class TrialResult:
         fields["config"] = TrialConfig.from_dict(data["config"])
         for name in _TUPLES:
             fields[name] = tuple(fields.get(name) or ())
+        fields["node_trials"] = tuple(NodeTrial.from_dict(n) for n in data.get("node_trials") or ())
         return cls(**fields)
 
 
 _TUPLES = ("worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings", "boundary_wait_ms")
-_TUPLES += ("rank_wait_ms_p99",)
+_TUPLES += ("rank_wait_ms_p99", "node_samples_per_s")
 
 
 @dataclass(frozen=True)
@@ -222,6 +230,7 @@ class SweepResult:
     usl: UslFit | None = None
     search_trace: tuple[SearchStep, ...] = ()
     iterable: bool = False  # the dataset is an IterableDataset (the runner's check): --ranks shards it differently
+    nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes, in node rank order; empty on one node
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -238,6 +247,7 @@ class SweepResult:
             "usl": asdict(self.usl) if self.usl else None,
             "search_trace": [asdict(s) for s in self.search_trace],
             "iterable": self.iterable,
+            "nodes": [n.to_dict() for n in self.nodes],
         }
 
     @classmethod
@@ -258,4 +268,5 @@ class SweepResult:
             usl=UslFit(**data["usl"]) if data.get("usl") else None,
             search_trace=tuple(SearchStep(**s) for s in data.get("search_trace") or ()),
             iterable=data.get("iterable", False),
+            nodes=tuple(NodeInfo.from_dict(n) for n in data.get("nodes") or ()),
         )

@@ -1,0 +1,84 @@
+"""Many nodes: the facts of each node of a many-node sweep, and each node's share of one trial.
+
+A many-node sweep runs one loadertop agent per node (torchrun or srun starts them); node 0 plans and shows, the
+others measure the same trial at the same moment and send node 0 their `TrialResult`. Node 0 merges them
+(engine/nodes_merge.py) into one trial whose `samples_per_s` is the job's throughput as DDP sees it: every rank
+paced by the slowest, so world ranks × the slowest rank's samples/s. These records are what it keeps per node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loadertop.core.model.results import Status, TrialResult
+
+NODES_PROTOCOL_VERSION = 1  # in every node's hello: agents of different versions refuse to run together
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as its agent sees it (the result JSON's top-level `nodes` list, in node rank order)."""
+
+    node_rank: int
+    hostname: str
+    usable_cpus: int  # affinity, cgroup cpu.max and SLURM_CPUS_PER_TASK applied
+    mem_total_mb: float
+    mem_available_mb: float
+    ranks: int = 1  # local ranks per node (--ranks)
+    loadertop: str = ""  # the agent's loadertop version
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeInfo:
+        return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class NodeTrial:
+    """One node's share of one trial: what its agent measured there (its local ranks summed)."""
+
+    node_rank: int
+    status: Status
+    error: str | None = None
+    samples_per_s: float | None = None  # the node's ranks summed
+    rank_samples_per_s: tuple[float, ...] = ()  # each local rank's (one entry with --ranks 1)
+    stall_fraction: float | None = None
+    wait_ms_p99: float | None = None
+    total_pss_mb: float | None = None
+    worker_uss_mb: tuple[float, ...] = ()
+    cpu_percent: float | None = None
+    warnings: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, node_rank: int, trial: TrialResult) -> NodeTrial:
+        rates = trial.rank_samples_per_s or ((trial.samples_per_s,) if trial.samples_per_s is not None else ())
+        return cls(
+            node_rank=node_rank,
+            status=trial.status,
+            error=trial.error,
+            samples_per_s=trial.samples_per_s,
+            rank_samples_per_s=tuple(rates),
+            stall_fraction=trial.stall_fraction,
+            wait_ms_p99=trial.wait_ms_p99,
+            total_pss_mb=trial.total_pss_mb,
+            worker_uss_mb=trial.worker_uss_mb,
+            cpu_percent=trial.cpu_percent,
+            warnings=trial.warnings,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name in ("rank_samples_per_s", "worker_uss_mb", "warnings"):
+            data[name] = list(getattr(self, name))
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> NodeTrial:
+        fields = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
+        for name in ("rank_samples_per_s", "worker_uss_mb", "warnings"):
+            fields[name] = tuple(fields.get(name) or ())
+        return cls(**fields)
