@@ -5,6 +5,7 @@ from loadertop.core.engine.api import sweep
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.export import write_csv, write_json, write_markdown
 from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, open_session
+from loadertop.core.engine.nodes_env import Launch, detect_launch
 from loadertop.core.engine.report import (
     FOOTNOTE,
     HEADERS,
@@ -23,6 +24,7 @@ __all__ = [
     "FOOTNOTE",
     "HEADERS",
     "AttachError",
+    "Launch",
     "LeakConfig",
     "LiveSession",
     "Report",
@@ -31,6 +33,7 @@ __all__ = [
     "build_report",
     "build_settings",
     "config_cells",
+    "detect_launch",
     "find_jobs",
     "num",
     "open_session",

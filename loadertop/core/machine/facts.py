@@ -14,6 +14,7 @@ import os
 import platform
 import shutil
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -134,8 +135,11 @@ def cpu_quota(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGR
     return None
 
 
-def usable_cpus(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> int:
-    """CPUs this process may run on (affinity), capped by the cgroup quota (rounded up); at least 1."""
+def usable_cpus(
+    cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP, environ: Mapping[str, str] | None = None
+) -> int:
+    """CPUs this process may run on (affinity), capped by the cgroup quota (rounded up) and by SLURM_CPUS_PER_TASK
+    (a SLURM task may see the whole node's affinity where the job asked for fewer); at least 1."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -143,6 +147,9 @@ def usable_cpus(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_C
     quota = cpu_quota(cgroup_root, proc_cgroup)
     if quota is not None:
         cpus = min(cpus, math.ceil(quota))
+    per_task = (os.environ if environ is None else environ).get("SLURM_CPUS_PER_TASK", "")
+    if per_task.strip().isdigit() and int(per_task) > 0:
+        cpus = min(cpus, int(per_task))
     return max(1, cpus)
 
 
