@@ -218,17 +218,49 @@ def main(argv: list[str] | None = None) -> int:
             raise UsageError(f"--json and --csv both name {args.json}: one would overwrite the other")
         headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
         previous, kept = runs_from_args(args, settings)
-        if headless:
-            from loadertop.headless import run_headless
-
-            return run_headless(
-                settings, out_dir=args.out, json_path=args.json, csv_path=args.csv,
-                previous=previous, resume=kept,
-            )  # fmt: skip
-        from loadertop.tui import run_tui
-
-        return run_tui(
-            settings, out_dir=args.out, previous=previous, resume=kept, json_path=args.json, csv_path=args.csv
-        )
+        settings, link = join_launch(settings)
+        if link is not None and link.node_rank != 0:  # a follower: headless, node 0 writes the files
+            headless, args.json, args.csv = True, None, None
+        try:
+            code = run_face(args, settings, headless, previous, kept, link)
+        finally:
+            if link is not None:
+                link.close()
+        return code or (link.exit_code if link is not None else 0)
 
     return one_line_errors("loadertop", args.debug, run)
+
+
+def join_launch(settings: Settings) -> tuple[Settings, Any]:
+    """Under torchrun or srun with more than one node: join the other nodes' agents (they must all agree) and
+    return this node's settings and link; otherwise the settings as they are and no link."""
+    from loadertop.core.engine import detect_launch
+
+    launch = detect_launch(os.environ)
+    if launch is None:
+        return settings, None
+    from loadertop.core.nodes import join_nodes  # torch.distributed: only on a many-node launch
+
+    return join_nodes(settings, launch)
+
+
+def run_face(
+    args: argparse.Namespace,
+    settings: Settings,
+    headless: bool,
+    previous: SweepResult | None,
+    kept: list[TrialResult],
+    link: Any,
+) -> int:
+    if headless:
+        from loadertop.headless import run_headless
+
+        return run_headless(
+            settings, out_dir=args.out, json_path=args.json, csv_path=args.csv,
+            previous=previous, resume=kept, nodes=link,
+        )  # fmt: skip
+    from loadertop.tui import run_tui
+
+    return run_tui(
+        settings, out_dir=args.out, previous=previous, resume=kept, json_path=args.json, csv_path=args.csv, nodes=link
+    )

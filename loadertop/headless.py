@@ -20,7 +20,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loadertop.core.engine import FOOTNOTE, HEADERS, Report, Sweep, build_report, num, pct, write_csv, write_json
+from loadertop.core.engine import (
+    FOOTNOTE,
+    HEADERS,
+    NodeLink,
+    Report,
+    Sweep,
+    build_report,
+    num,
+    pct,
+    write_csv,
+    write_json,
+)
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import (
     Event,
@@ -225,8 +236,9 @@ def run_headless(
     err: TextIO = sys.stderr,
     previous: SweepResult | None = None,
     resume: Sequence[TrialResult] = (),
+    nodes: NodeLink | None = None,
 ) -> int:
-    sweep = Sweep(settings, out_dir=out_dir, previous=previous, resume=resume)
+    sweep = Sweep(settings, out_dir=out_dir, previous=previous, resume=resume, nodes=nodes)
     reporter = Reporter(out, err, previous, checked=sweep.checked)
     caught: list[int] = []
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
+    from loadertop.core.engine import NodeLink
     from loadertop.core.model.config import Settings
     from loadertop.core.model.results import SweepResult, TrialResult
 
@@ -23,6 +24,7 @@ def run_tui(
     csv_path: Path | None = None,
     theme: str | None = None,
     err: TextIO | None = None,
+    nodes: NodeLink | None = None,
 ) -> int:
     """Run the app until the user quits. Exit code: 0 done, 130 quit mid-sweep, 1/2 the sweep failed, 1 when
     --json or --csv could not be written (after the app exits, one line per file on stderr, as headless).
@@ -31,8 +33,9 @@ def run_tui(
     from loadertop.tui.app import make_app
 
     app = make_app(
-        settings, out_dir=out_dir, previous=previous, resume=resume, json_path=json_path, csv_path=csv_path, theme=theme
-    )
+        settings, out_dir=out_dir, previous=previous, resume=resume, json_path=json_path, csv_path=csv_path,
+        theme=theme, nodes=nodes,
+    )  # fmt: skip
     app.run()
     # app.run() returns after the sweep thread has left events(): the executor is joined on the way out.
     app.write_on_exit()

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import App, ComposeResult
@@ -39,6 +39,9 @@ from loadertop.tui.widgets.memory import MemoryPane
 from loadertop.tui.widgets.pane import Pane
 from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
 from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
+
+if TYPE_CHECKING:
+    from loadertop.core.engine import NodeLink
 
 # Pane redraws while a sweep runs: the probes tick at 2 Hz and blocks come about once a second, so 1 Hz shows
 # every block and keeps the monitor's CPU away from the trial it measures. Stopped when a sweep ends.
@@ -434,9 +437,10 @@ def make_app(
     json_path: Path | None = None,
     csv_path: Path | None = None,
     theme: str | None = None,
+    nodes: NodeLink | None = None,
 ) -> LoadertopApp:
     """The one way to build the app: the CLI, the tests and the screenshot script all come here."""
-    factory = sweep_factory if sweep_factory is not None else engine_factory(out_dir, resume)
+    factory = sweep_factory if sweep_factory is not None else engine_factory(out_dir, resume, nodes)
     return LoadertopApp(
         settings, sweep_factory=factory, previous=previous, theme=theme, json_path=json_path, csv_path=csv_path
     )

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event
 from loadertop.core.model.results import SweepResult, TrialResult
+
+if TYPE_CHECKING:
+    from loadertop.core.engine import NodeLink
 
 
 class SweepLike(Protocol):
@@ -33,16 +36,21 @@ SweepFactory = Callable[[Settings, SweepResult | None, Sequence[TrialConfig] | N
 """(settings, previous, only) -> a sweep that has not started yet."""
 
 
-def engine_factory(out_dir: Path | None, resume: Sequence[TrialResult] = ()) -> SweepFactory:
+def engine_factory(
+    out_dir: Path | None, resume: Sequence[TrialResult] = (), nodes: NodeLink | None = None
+) -> SweepFactory:
     """The real engine. Imported on first use so the UI (and its tests) load without it. `resume` (the finished
-    trials of a run being resumed) goes to the first sweep only: a later `r` measures afresh."""
+    trials of a run being resumed) goes to the first sweep only: a later `r` measures afresh. So does `nodes`, node 0's
+    link of a many-node sweep: it closes with the first sweep, so a later `r` measures on this node alone."""
     kept = list(resume)
+    link = [nodes]
 
     def make(settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None) -> SweepLike:
         from loadertop.core.engine import Sweep
 
         reuse = tuple(kept)
         kept.clear()
-        return Sweep(settings, out_dir=out_dir, previous=previous, only=only, resume=reuse)
+        first, link[0] = link[0], None
+        return Sweep(settings, out_dir=out_dir, previous=previous, only=only, resume=reuse, nodes=first)
 
     return make

@@ -6,6 +6,7 @@ from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.export import write_csv, write_json, write_markdown
 from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, open_session
 from loadertop.core.engine.nodes_env import Launch, detect_launch
+from loadertop.core.engine.nodes_link import NodeLink
 from loadertop.core.engine.report import (
     FOOTNOTE,
     HEADERS,
@@ -27,6 +28,7 @@ __all__ = [
     "Launch",
     "LeakConfig",
     "LiveSession",
+    "NodeLink",
     "Report",
     "ReportRow",
     "Sweep",

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from loadertop.core.engine.ceilings import describe as describe_ceilings
 from loadertop.core.engine.ceilings import measure_ceilings
+from loadertop.core.engine.nodes_link import NodeLink
 from loadertop.core.engine.outcome import conclude
 from loadertop.core.engine.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.runner_link import RUNNER_START_TIMEOUT, Cancelled, RunnerProcess, log_tail, start_runner
@@ -55,8 +56,11 @@ class Sweep:
         only: Sequence[TrialConfig] | None = None,
         gpu: GpuProbe | None = None,
         resume: Sequence[TrialResult] = (),
+        nodes: NodeLink | None = None,
     ) -> None:
         self.settings = settings
+        self._nodes = nodes  # one node of a many-node sweep (nodes_link.py): node 0 plans, the others follow
+        self.node_break: str | None = None  # why the many-node sweep stopped here (a node lost, node 0 said stop)
         self.previous = previous
         self.planner = make_planner(settings, only)
         if not self.planner.planned():
@@ -99,8 +103,11 @@ class Sweep:
         return not self._resumed.is_set()
 
     def cancel(self) -> None:
-        """Stop now: the running trial's process group is killed; finished trials are kept."""
+        """Stop now: the running trial's process group is killed; finished trials are kept (node 0 of a
+        many-node sweep stops every node)."""
         self._cancel.set()
+        if self._nodes is not None:
+            self._nodes.stop()
         self._resumed.set()
         self._signal_trial(signal.SIGKILL)
 
@@ -124,6 +131,13 @@ class Sweep:
         if pgid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, sig)
+
+    def _on_node_break(self, reason: str) -> None:
+        """The link's verdict (any thread): a node was lost or node 0 stopped the sweep; stop here too."""
+        if self.node_break is None:
+            self.node_break = reason
+            self._emit(Notice("error", reason))
+        self.cancel()
 
     def _guard_kill(self) -> None:
         """The memory guard's verdict (watcher or probe thread): the whole trial group goes at once."""
@@ -194,6 +208,8 @@ class Sweep:
             self._emit(Notice("info", f"resuming: {len(self._kept)} finished trials are kept, not measured again"))
         for kept in self._kept.values():
             self.guard.learn(kept)
+        if self._nodes is not None:
+            self._nodes.on_break(self._on_node_break)
         probes = self._probes = Probes(self._on_probe, gpu, interval=self.settings.interval)
         runner: RunnerProcess | None = None
         trials: list[TrialResult] = []
@@ -219,8 +235,12 @@ class Sweep:
                         runner.close()
                         runner = start_runner(self.run_dir / LOG, self._cancel)
                     trial = self._run_trial(runner, index, config)
-                if trial is None or (trial.status == "failed" and self._cancel.is_set()):
+                if trial is None and self.node_break is not None:
+                    trial = TrialResult(index, config, "failed", error=self.node_break)  # failed on every node
+                elif trial is None or (trial.status == "failed" and self._cancel.is_set()):
                     break  # cancelled mid-trial (its SIGKILL was ours, not a failure): nothing finished to keep
+                elif self._nodes is not None:
+                    trial = self._nodes.combine(trial)  # node 0: every node's share merged; the others: sent
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
@@ -233,6 +253,8 @@ class Sweep:
                 runner.close()
             if self._gpu is None:
                 gpu.close()
+            if self._nodes is not None:
+                self._nodes.close()
         for config, why in self._skipped:
             skipped = TrialResult(len(trials), config, "skipped", error=why)
             trials.append(skipped)
@@ -257,6 +279,7 @@ class Sweep:
             run_dir=str(self.run_dir),
             interrupted=self._cancel.is_set() or self._stop_after.is_set(),
             wall_s=wall_s,
+            nodes=self._nodes.nodes() if self._nodes is not None else (),
         )
         write_result(self.run_dir, self.result)
         self._emit(SweepFinished(self.result))
@@ -268,8 +291,14 @@ class Sweep:
         )
 
     def _next_config(self, trials: list[TrialResult]) -> TrialConfig | None:
-        """The planner's next configuration; each of its decisions goes into the event stream as a Notice."""
-        config = self.planner.next(trials)
+        """The planner's next configuration; each of its decisions goes into the event stream as a Notice. On
+        many nodes node 0 plans and sends it; the others take node 0's."""
+        if self._nodes is not None:
+            if self._cancel.is_set() or self._stop_after.is_set():
+                return None  # before node 0 sends the next trial: no node starts one it would not finish
+            config = self._nodes.next_config(lambda: self.planner.next(trials))
+        else:
+            config = self.planner.next(trials)
         for step in self.planner.take_notes():
             self._emit(Notice("info", f"search ({step.phase}): {step.message}", len(trials) if config else None))
         return config

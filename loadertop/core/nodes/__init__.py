@@ -1,0 +1,33 @@
+"""Many nodes: one loadertop agent per node of a torchrun or srun launch, joined over torch.distributed's c10d store.
+
+    launch = detect_launch(os.environ)         # engine/nodes_env.py (no torch)
+    settings, link = join_nodes(settings, launch)
+    Sweep(settings, nodes=link)                # node 0 plans and shows; the others follow, headless
+
+A layer above the engine (it imports torch, which the engine never does); the CLI imports it lazily, only when a
+launch with more than one node is found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from loadertop.core.engine import Launch
+from loadertop.core.model.config import Settings
+from loadertop.core.nodes.join import join
+from loadertop.core.nodes.link import EXIT_LOST, EXIT_STOPPED, StoreLink
+from loadertop.core.nodes.store import OP_TIMEOUT_S, connect
+
+
+def join_nodes(settings: Settings, launch: Launch) -> tuple[Settings, StoreLink]:
+    """This node's settings (nodes, node_rank from the launch) and its link, once every node joined and node 0
+    accepted them all. UsageError (one line, exit 2) when a node does not join in time or differs."""
+    settings = dataclasses.replace(settings, nodes=launch.nodes, node_rank=launch.node_rank)
+    serve = launch.node_rank == 0 and not launch.agent_store
+    store = connect(launch, settings.join_timeout, serve)
+    infos = join(store, launch, settings)
+    beat = connect(dataclasses.replace(launch), OP_TIMEOUT_S, serve=False)  # the heartbeats' own connection
+    return settings, StoreLink(store, beat, launch, infos)
+
+
+__all__ = ["EXIT_LOST", "EXIT_STOPPED", "StoreLink", "join_nodes"]

@@ -1,0 +1,202 @@
+"""The engine's NodeLink (engine/nodes_link.py) over the c10d store: trials sent out, results sent back, heartbeats.
+
+Keys (under the store's prefix): `ready/I/K` node K is ready for trial I; `config/I` node 0's trial I (or "end");
+`result/I/K` node K's TrialResult of trial I; `hb/K` node K's heartbeat counter; `stop` node 0 stopped the sweep;
+`bye/K` node K left. A heartbeat thread per node beats every BEAT_S on its own connection; node 0 watches every
+node, the others watch node 0. A counter that has not moved for LOST_S, a node that left early, or a store that
+is gone breaks the sweep here (the Sweep cancels), and node 0 then tells every node to stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from loadertop.core.engine import Launch
+from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.nodes import NodeInfo
+from loadertop.core.model.results import TrialResult
+from loadertop.core.nodes.merge import merge_nodes
+from loadertop.core.nodes.store import StoreGone, guarded, wait_keys
+
+BEAT_S = 0.5
+LOST_S = 3.0  # six missed beats: a node this quiet is gone (a busy node still beats: its own thread)
+BYE_WAIT_S = 5.0  # node 0 serving the store stays this long for the others' last reads
+EXIT_LOST = 1  # a node was lost: the sweep failed
+EXIT_STOPPED = 130  # node 0 was interrupted: every node stops as if it had been
+
+
+class StoreLink:
+    """One node's end of a many-node sweep (the NodeLink protocol)."""
+
+    def __init__(self, store: Any, beat_store: Any, launch: Launch, infos: tuple[NodeInfo, ...]) -> None:
+        self.node_rank = launch.node_rank
+        self.reason: str | None = None  # why the sweep broke here (None: it did not)
+        self.exit_code = 0  # what the agent should exit with when its face said 0
+        self._launch = launch
+        self._infos = infos
+        self._store = store
+        self._beat = beat_store
+        self._index = 0  # the next trial's number: the same on every node
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[str], None]] = []
+        self._broken = threading.Event()
+        self._ended = threading.Event()  # the sweep ended as planned: a node leaving now is no loss
+        self._closed = threading.Event()
+        self._lost: set[int] = set()
+        self._thread = threading.Thread(target=self._heartbeat, name="loadertop-heartbeat", daemon=True)
+        self._thread.start()
+
+    # -- NodeLink ---------------------------------------------------------------------------------------------------
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return self._infos
+
+    def next_config(self, plan: Callable[[], TrialConfig | None]) -> TrialConfig | None:
+        if self._broken.is_set():
+            return None
+        index = self._index
+        try:
+            if self.node_rank == 0:
+                config = plan()
+                if config is None:
+                    self._end()
+                    return None
+                ready = [f"ready/{index}/{k}" for k in self._others()]
+                if wait_keys(self._store, ready, None, self._broken):
+                    return None  # broken while waiting: a node lost, or stopped
+                guarded(lambda: self._store.set(f"config/{index}", json.dumps(config.to_dict())))
+            else:
+                guarded(lambda: self._store.set(f"ready/{index}/{self.node_rank}", "1"))
+                if wait_keys(self._store, [f"config/{index}"], None, self._broken):
+                    return None
+                raw = guarded(lambda: self._store.get(f"config/{index}")).decode()
+                if raw == "end":
+                    self._ended.set()
+                    return None
+                config = TrialConfig.from_dict(json.loads(raw))
+        except StoreGone as exc:
+            self._gone(exc)
+            return None
+        self._index += 1
+        return config
+
+    def combine(self, trial: TrialResult) -> TrialResult:
+        index = self._index - 1
+        try:
+            if self.node_rank != 0:
+                guarded(lambda: self._store.set(f"result/{index}/{self.node_rank}", json.dumps(trial.to_dict())))
+                return trial
+            keys = {k: f"result/{index}/{k}" for k in self._others()}
+            missing = set(wait_keys(self._store, list(keys.values()), None, self._broken))
+            shares = [trial]
+            for key in keys.values():
+                if key in missing:
+                    why = self.reason or "no result"
+                    shares.append(TrialResult(trial.index, trial.config, "failed", error=why))
+                else:
+                    raw = guarded(lambda key=key: self._store.get(key))
+                    shares.append(TrialResult.from_dict(json.loads(raw)))
+        except StoreGone as exc:
+            self._gone(exc)
+            return TrialResult(trial.index, trial.config, "failed", error=self.reason)
+        return merge_nodes(shares, self._infos)
+
+    def on_break(self, callback: Callable[[str], None]) -> None:
+        with self._lock:
+            self._callbacks.append(callback)
+            reason = self.reason
+        if reason is not None:  # it broke before the Sweep listened
+            callback(reason)
+
+    def stop(self) -> None:
+        if self.node_rank != 0 or self._ended.is_set():
+            return
+        if self.reason is None:
+            self.exit_code = EXIT_STOPPED
+        with contextlib.suppress(StoreGone):  # gone: nobody left to tell
+            guarded(lambda: self._store.add("stop", 1))
+
+    def close(self) -> None:
+        if self._closed.is_set():
+            return
+        try:
+            if self.node_rank == 0:
+                if not self._broken.is_set():
+                    self._end()
+                live = [f"bye/{k}" for k in self._others() if k not in self._lost]
+                wait_keys(self._store, live, time.monotonic() + BYE_WAIT_S, threading.Event())
+            else:
+                guarded(lambda: self._store.set(f"bye/{self.node_rank}", "1"))
+        except StoreGone:
+            pass
+        finally:
+            self._closed.set()
+            self._thread.join(2 * BEAT_S + 1)
+
+    # -- breaking -----------------------------------------------------------------------------------------------------
+
+    def _others(self) -> range:
+        return range(1, self._launch.nodes)
+
+    def _end(self) -> None:
+        self._ended.set()
+        guarded(lambda: self._store.set(f"config/{self._index}", "end"))
+
+    def _who(self, k: int) -> str:
+        host = self._infos[k].hostname if k < len(self._infos) else "?"
+        return f"node {k} ({host})"
+
+    def _gone(self, exc: StoreGone) -> None:
+        if self.node_rank == 0:
+            self._break(f"the sweep's store is gone ({exc})", EXIT_LOST)
+        else:
+            self._lost.add(0)
+            self._break(f"{self._who(0)} lost: its store is gone", EXIT_LOST)
+
+    def _break(self, reason: str, code: int) -> None:
+        with self._lock:
+            if self.reason is not None or self._ended.is_set() or self._closed.is_set():
+                return
+            self.reason = reason
+            self.exit_code = code
+            self._broken.set()
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            callback(reason)
+
+    # -- heartbeats (their own thread and connection) ---------------------------------------------------------------
+
+    def _heartbeat(self) -> None:
+        watched = list(self._others()) if self.node_rank == 0 else [0]
+        seen = {k: (-1, time.monotonic()) for k in watched}
+        while not self._closed.wait(BEAT_S):
+            try:
+                guarded(lambda: self._beat.add(f"hb/{self.node_rank}", 1))
+                if self.node_rank != 0 and guarded(lambda: self._beat.add("stop", 0)) > 0:
+                    self._break(f"{self._who(0)} stopped the sweep", EXIT_STOPPED)
+                for k in watched:
+                    self._watch(k, seen)
+            except StoreGone as exc:
+                self._gone(exc)
+            if self._broken.is_set() or self._ended.is_set():
+                # Keep beating (node 0 still waits for this node's bye), but watch no more.
+                watched = []
+
+    def _watch(self, k: int, seen: dict[int, tuple[int, float]]) -> None:
+        count = guarded(lambda: self._beat.add(f"hb/{k}", 0))
+        now = time.monotonic()
+        last, since = seen[k]
+        if count != last:
+            seen[k] = (count, now)
+        elif now - since > LOST_S:
+            self._lost.add(k)
+            self._break(f"{self._who(k)} lost: no heartbeat for {LOST_S:g} s", EXIT_LOST)
+            return
+        if self.node_rank == 0 and guarded(lambda: self._beat.check([f"bye/{k}"])):
+            self._lost.add(k)
+            self._break(f"{self._who(k)} left the sweep", EXIT_LOST)
