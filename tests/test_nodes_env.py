@@ -9,7 +9,8 @@ import pytest
 
 from loadertop.core.engine.nodes_env import SLURM_PORT_BASE, Launch, detect_launch, first_host
 from loadertop.core.machine.facts import usable_cpus
-from loadertop.core.model.config import UsageError
+from loadertop.core.model.config import Settings, UsageError
+from loadertop.core.trial.world import global_rank, set_rank_environ
 
 # What torchrun --nnodes 2 --nproc-per-node 1 --node-rank 1 gives its worker (read from a real launch).
 TORCHRUN_NODE_1 = {
@@ -83,3 +84,17 @@ def test_usable_cpus_takes_slurm_cpus_per_task(tmp_path: Path) -> None:
     assert usable_cpus(nothing, nothing, environ={"SLURM_CPUS_PER_TASK": "1"}) == 1
     assert usable_cpus(nothing, nothing, environ={"SLURM_CPUS_PER_TASK": str(affinity + 64)}) == affinity
     assert usable_cpus(nothing, nothing, environ={"SLURM_CPUS_PER_TASK": "junk"}) == affinity
+
+
+def test_a_trial_rank_sees_the_job_not_the_launch() -> None:
+    settings = Settings(nodes=3, node_rank=2, ranks=2)
+    assert global_rank(settings, 1) == (5, 6)
+    env = {**TORCHRUN_NODE_1, "PATH": "/bin"}
+    set_rank_environ(settings, 1, 4242, env)
+    assert env["RANK"] == "5" and env["WORLD_SIZE"] == "6" and env["LOCAL_RANK"] == "1"
+    assert env["LOCAL_WORLD_SIZE"] == "2" and env["GROUP_RANK"] == "2"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"]) == ("127.0.0.1", "4242")  # the node-local group's
+    assert "TORCHELASTIC_USE_AGENT_STORE" not in env and "TORCHELASTIC_RUN_ID" not in env  # else: a client, no server
+    one = {**TORCHRUN_NODE_1}
+    set_rank_environ(Settings(nodes=2, node_rank=1), 0, None, one)
+    assert (one["RANK"], one["WORLD_SIZE"]) == ("1", "2") and "MASTER_ADDR" not in one

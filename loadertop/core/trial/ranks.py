@@ -29,6 +29,7 @@ from typing import Any
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Reply, Started, TrialNotice, Workers
 from loadertop.core.trial.procs import die_with_parent
+from loadertop.core.trial.world import global_rank, set_rank_environ
 
 
 def aggregate(results: list[Finished]) -> Finished:
@@ -119,10 +120,7 @@ def _rank_main(
 ) -> None:
     import torch.distributed as dist
 
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-        GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
-    )  # fmt: skip
+    set_rank_environ(settings, rank, port)  # on many nodes RANK / WORLD_SIZE are global; the group stays local
     print(f"--- rank {rank} of {world}, pid {os.getpid()}", file=sys.stderr, flush=True)
     dist.init_process_group(
         "gloo",
@@ -150,7 +148,7 @@ def _measure_rank(rank: int, world: int, settings: Settings, config: TrialConfig
 
     if torch.cuda.is_available():
         torch.cuda.set_device(rank % torch.cuda.device_count())
-    built = build_loader(settings, config, rank, world)
+    built = build_loader(settings, config, *global_rank(settings, rank))  # the job's share, on many nodes too
     consumer = make_consumer(settings, config)
     loop = MeasuredLoop(built.loader, config, settings, consumer, built.control, check_shards=built.iterable)
 

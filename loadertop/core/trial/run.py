@@ -19,6 +19,12 @@ def run_trial(settings: Settings, config: TrialConfig, send: Emit) -> None:
     from loadertop.core.trial.loader import build_loader
     from loadertop.core.trial.measure import measure
 
-    built = build_loader(settings, config)
+    if settings.nodes > 1:  # one rank per node: node K loads share K of the job's (world.py)
+        from loadertop.core.trial.world import global_rank, set_rank_environ
+
+        set_rank_environ(settings, 0, None)
+        built = build_loader(settings, config, *global_rank(settings, 0))
+    else:
+        built = build_loader(settings, config)
     consumer = make_consumer(settings, config)
     measure(built.loader, config, settings, consumer, send, control=built.control, check_shards=built.iterable)
