@@ -18,7 +18,7 @@ from typing import Any
 from loadertop.core.engine import Launch
 from loadertop.core.machine.facts import mem_available_mb, usable_cpus
 from loadertop.core.machine.guards import memory_total_mb
-from loadertop.core.model.config import Settings, UsageError
+from loadertop.core.model.config import Settings, UsageError, settings_options
 from loadertop.core.model.nodes import NODES_PROTOCOL_VERSION, NodeInfo
 from loadertop.core.nodes.store import StoreGone, guarded, wait_keys
 
@@ -79,9 +79,20 @@ def difference(mine: dict[str, Any], theirs: dict[str, Any]) -> str | None:
         return None
     a, b = mine["settings"], theirs.get("settings") or {}
     names = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k)) or ["(digest)"]
-    shown = ", ".join(f"{k}={b.get(k)!r} (node 0: {a.get(k)!r})" for k in names[:3])
+    shown = ", ".join(f"{_flag(k)} {_value(b.get(k))} (node 0: {_value(a.get(k))})" for k in names[:3])
     more = f" and {len(names) - 3} more" if len(names) > 3 else ""
     return f"{who} has other settings: {shown}{more}; give every node the same arguments"
+
+
+def _flag(name: str) -> str:
+    flags = {field: opt.flag for field, opt in settings_options() if opt.flag}
+    return flags.get(name, name)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(_value(v) for v in value) or "(none)"
+    return "(none)" if value is None else str(value)
 
 
 def join(store: Any, launch: Launch, settings: Settings) -> tuple[NodeInfo, ...]:

@@ -47,7 +47,7 @@ class StoreLink:
         self._broken = threading.Event()
         self._ended = threading.Event()  # the sweep ended as planned: a node leaving now is no loss
         self._closed = threading.Event()
-        self._lost: set[int] = set()
+        self._lost: dict[int, str] = {}  # node rank -> why it is gone (for its share of the trial)
         self._thread = threading.Thread(target=self._heartbeat, name="loadertop-heartbeat", daemon=True)
         self._thread.start()
 
@@ -94,9 +94,9 @@ class StoreLink:
             keys = {k: f"result/{index}/{k}" for k in self._others()}
             missing = set(wait_keys(self._store, list(keys.values()), None, self._broken))
             shares = [trial]
-            for key in keys.values():
+            for k, key in keys.items():
                 if key in missing:
-                    why = self.reason or "no result"
+                    why = self._lost.get(k) or "sent no result (the sweep stopped)"
                     shares.append(TrialResult(trial.index, trial.config, "failed", error=why))
                 else:
                     raw = guarded(lambda key=key: self._store.get(key))
@@ -155,8 +155,8 @@ class StoreLink:
         if self.node_rank == 0:
             self._break(f"the sweep's store is gone ({exc})", EXIT_LOST)
         else:
-            self._lost.add(0)
-            self._break(f"{self._who(0)} lost: its store is gone", EXIT_LOST)
+            self._lost[0] = "lost: its store is gone"
+            self._break(f"{self._who(0)} {self._lost[0]}", EXIT_LOST)
 
     def _break(self, reason: str, code: int) -> None:
         with self._lock:
@@ -194,9 +194,9 @@ class StoreLink:
         if count != last:
             seen[k] = (count, now)
         elif now - since > LOST_S:
-            self._lost.add(k)
-            self._break(f"{self._who(k)} lost: no heartbeat for {LOST_S:g} s", EXIT_LOST)
+            self._lost[k] = f"lost: no heartbeat for {LOST_S:g} s"
+            self._break(f"{self._who(k)} {self._lost[k]}", EXIT_LOST)
             return
         if self.node_rank == 0 and guarded(lambda: self._beat.check([f"bye/{k}"])):
-            self._lost.add(k)
-            self._break(f"{self._who(k)} left the sweep", EXIT_LOST)
+            self._lost[k] = "left the sweep"
+            self._break(f"{self._who(k)} {self._lost[k]}", EXIT_LOST)

@@ -1,0 +1,229 @@
+"""Many nodes on localhost: separate agents joined over torch.distributed's store, as torchrun or srun start them.
+
+Every process an agent starts (the agent, its runner, trials, workers) inherits a marker in its environment; the
+check that none survives reads it with psutil. The sweeps are the cheapest real ones: synthetic data, 1 s trials.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadertop.core.model.config import Settings
+from loadertop.core.model.nodes import NodeInfo
+from loadertop.core.nodes.join import comparable, difference, hello
+
+ARGS = ["--headless", "--workers", "0,1", "--trial-seconds", "1", "--no-transport"]
+LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Nodes:
+    """Agents of one many-node sweep on this machine, each in a session of its own (as on its own node)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.port = free_port()
+        self.mark = uuid.uuid4().hex
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+
+    def env(self, extra: dict[str, str]) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
+        for name in LAUNCH_VARIABLES:
+            env.pop(name, None)
+        return {**env, "LOADERTOP_TEST_MARK": self.mark, "PYTHONUNBUFFERED": "1", **extra}
+
+    def torchrun(self, rank: int, args: list[str], nodes: int = 2) -> None:
+        """`torchrun --nnodes N --nproc-per-node 1 --node-rank K ... -m loadertop ARGS` (torchrun from the venv)."""
+        launch = ["--nnodes", str(nodes), "--nproc-per-node", "1", "--node-rank", str(rank)]
+        launch += ["--master-addr", "127.0.0.1", "--master-port", str(self.port), "--monitor-interval", "0.1"]
+        self._start(rank, [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "loadertop", *args], {})
+
+    def bare(self, rank: int, args: list[str], extra: dict[str, str]) -> None:
+        """The agent alone, its launch variables set by hand (torchrun's pieces, or SLURM's)."""
+        self._start(rank, [sys.executable, "-m", "loadertop", *args], extra)
+
+    def _start(self, rank: int, argv: list[str], extra: dict[str, str]) -> None:
+        out = open(self.folder / f"node{rank}.out", "wb")  # noqa: SIM115 (the child holds it)
+        err = open(self.folder / f"node{rank}.err", "wb")  # noqa: SIM115
+        self.procs[rank] = subprocess.Popen(
+            [*argv, "--out", str(self.folder / f"runs{rank}")],
+            env=self.env(extra), stdout=out, stderr=err, start_new_session=True, cwd=self.folder,
+        )  # fmt: skip
+
+    def err(self, rank: int) -> str:
+        return (self.folder / f"node{rank}.err").read_text(errors="replace")
+
+    def wait(self, rank: int, timeout: float) -> int:
+        return self.procs[rank].wait(timeout)
+
+    def trials_done(self, rank: int) -> int:
+        files = glob.glob(str(self.folder / f"runs{rank}" / "*" / "trials.jsonl"))
+        return sum(1 for f in files for _ in open(f))
+
+    def wait_trials(self, rank: int, count: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.trials_done(rank) < count:
+            assert time.monotonic() < deadline, f"node {rank} finished no trial in {timeout} s:\n{self.err(rank)}"
+            time.sleep(0.05)
+
+    def agent_pid(self, rank: int) -> int:
+        """Under torchrun: the loadertop agent (torchrun's worker, in a session of its own)."""
+        children = psutil.Process(self.procs[rank].pid).children()
+        assert children, f"node {rank} has no agent:\n{self.err(rank)}"
+        return children[0].pid
+
+    def left(self) -> list[str]:
+        """Every live process that carries this sweep's marker (agents, runners, trials, workers, torchrun)."""
+        found = []
+        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
+            try:
+                if (
+                    proc.info["status"] != psutil.STATUS_ZOMBIE
+                    and proc.environ().get("LOADERTOP_TEST_MARK") == self.mark
+                ):
+                    found.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])[:100]}")
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    def kill_all(self) -> None:
+        for proc in psutil.process_iter():
+            try:
+                if proc.environ().get("LOADERTOP_TEST_MARK") == self.mark:
+                    proc.kill()
+            except (psutil.Error, OSError):
+                continue
+
+
+@pytest.fixture
+def nodes(tmp_path: Path) -> Iterator[Nodes]:
+    launched = Nodes(tmp_path)
+    yield launched
+    launched.kill_all()  # a failed test leaves nothing running either
+
+
+def assert_nothing_left(nodes: Nodes, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while (left := nodes.left()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert left == [], "processes survived:\n" + "\n".join(left)
+
+
+def test_two_torchrun_nodes_measure_each_trial_together(nodes: Nodes, tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    nodes.torchrun(1, ARGS)
+    nodes.torchrun(0, [*ARGS, "--json", str(result)])
+    assert nodes.wait(0, 90) == 0, nodes.err(0)
+    assert nodes.wait(1, 30) == 0, nodes.err(1)
+    data = json.loads(result.read_text())
+    assert [n["node_rank"] for n in data["nodes"]] == [0, 1]
+    assert all(n["usable_cpus"] >= 1 and n["mem_total_mb"] > 0 and n["hostname"] for n in data["nodes"])
+    assert len(data["trials"]) == 2
+    for trial in data["trials"]:
+        assert trial["status"] == "ok", trial
+        assert len(trial["node_samples_per_s"]) == 2 and all(r > 0 for r in trial["node_samples_per_s"])
+        assert trial["slowest_rank"].startswith(("node 0", "node 1"))
+    assert list(tmp_path.glob("runs1/*/result.json")), "node 1 keeps its own run folder"
+    assert "wrote" not in nodes.err(1)  # node 0 writes --json
+    assert_nothing_left(nodes)
+
+
+def test_a_node_killed_mid_trial_stops_every_node(nodes: Nodes) -> None:
+    args = [*ARGS, "--workers", "0,1,2", "--trial-seconds", "2"]
+    nodes.torchrun(1, args)
+    nodes.torchrun(0, args)
+    nodes.wait_trials(0, 1, 90)
+    time.sleep(0.5)  # into the second trial
+    agent = nodes.agent_pid(1)
+    killed = time.monotonic()
+    os.killpg(nodes.procs[1].pid, signal.SIGKILL)  # the whole node: torchrun and its agent (the runner follows)
+    os.kill(agent, signal.SIGKILL)
+    code = nodes.wait(0, 20)
+    stopped = time.monotonic() - killed
+    assert code != 0
+    assert stopped < 10, f"node 0 took {stopped:.1f} s to stop"
+    assert "loadertop: error: node 1 (" in nodes.err(0) and "lost" in nodes.err(0), nodes.err(0)
+    assert_nothing_left(nodes)
+
+
+def test_ctrl_c_on_node_0_stops_every_node(nodes: Nodes) -> None:
+    args = [*ARGS, "--workers", "0,1,2", "--trial-seconds", "2"]
+    nodes.torchrun(1, args)
+    nodes.torchrun(0, args)
+    nodes.wait_trials(0, 1, 90)
+    interrupted = time.monotonic()
+    os.killpg(nodes.procs[0].pid, signal.SIGINT)  # what the terminal sends torchrun's group on Ctrl-C
+    assert nodes.wait(0, 20) != 0
+    assert nodes.wait(1, 20) != 0
+    assert time.monotonic() - interrupted < 10
+    assert "exitcode  : 130" in nodes.err(1) and "node 0 (" in nodes.err(1) and "stopped the sweep" in nodes.err(1)
+    assert_nothing_left(nodes)
+
+
+def test_a_node_that_never_joins_is_one_line_and_exit_2(nodes: Nodes) -> None:
+    slurm = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "localhost",
+             "SLURM_JOB_ID": "7", "MASTER_PORT": str(nodes.port)}  # fmt: skip
+    started = time.monotonic()
+    nodes.bare(0, [*ARGS, "--join-timeout", "3"], slurm)
+    assert nodes.wait(0, 30) == 2
+    assert time.monotonic() - started < 3 + 8  # the timeout, Python's start and the store's
+    lines = nodes.err(0).strip().splitlines()
+    assert lines == ["loadertop: error: node 1 of 2 did not join within 3 s"]
+    assert_nothing_left(nodes)
+
+
+def test_different_settings_are_refused_on_every_node(nodes: Nodes) -> None:
+    pieces = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
+    nodes.bare(0, ARGS, {**pieces, "RANK": "0"})
+    nodes.bare(1, [*ARGS, "--batch-size", "64"], {**pieces, "RANK": "1"})
+    assert nodes.wait(0, 60) == 2
+    assert nodes.wait(1, 30) == 2
+    for rank in (0, 1):
+        lines = nodes.err(rank).strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith("loadertop: error: node 1 (") and "--batch-size 64 (node 0: 32)" in lines[0]
+    assert_nothing_left(nodes)
+
+
+def test_node_0_lost_stops_the_others(nodes: Nodes) -> None:
+    pieces = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
+    args = [*ARGS, "--workers", "0,1,2", "--trial-seconds", "2"]
+    nodes.bare(0, args, {**pieces, "RANK": "0"})
+    nodes.bare(1, args, {**pieces, "RANK": "1"})
+    nodes.wait_trials(1, 1, 90)
+    killed = time.monotonic()
+    nodes.procs[0].kill()  # node 0's agent, and the store it serves (its runner dies with it)
+    assert nodes.wait(1, 20) == 1
+    assert time.monotonic() - killed < 8
+    assert "loadertop: error: node 0 (" in nodes.err(1) and "lost" in nodes.err(1)
+    assert_nothing_left(nodes)
+
+
+def test_hellos_that_differ_name_what_differs() -> None:
+    settings = Settings()
+    mine = hello(settings, 0)
+    other = {**hello(Settings(trial_seconds=9.0), 1), "settings": comparable(Settings(trial_seconds=9.0))}
+    assert difference(mine, hello(settings, 1)) is None  # node_rank is not compared
+    assert "--trial-seconds 9.0 (node 0: 8.0)" in (difference(mine, other) or "")
+    older = {**hello(settings, 1), "version": "0.0.1"}
+    said = difference(mine, older) or ""
+    assert said.startswith("node 1 (") and "runs loadertop 0.0.1" in said and "install the same loadertop" in said
+    assert NodeInfo.from_dict(mine["info"]).node_rank == 0
