@@ -127,6 +127,11 @@ def assert_nothing_left(nodes: Nodes, within: float = 5.0) -> None:
     assert left == [], "processes survived:\n" + "\n".join(left)
 
 
+def pieces(nodes: Nodes, rank: int, count: int = 2) -> dict[str, str]:
+    """torchrun's variables for node `rank`, set by hand (no torchrun agent: node 0 serves the store itself)."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(count), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
+
+
 def test_two_torchrun_nodes_measure_each_trial_together(nodes: Nodes, tmp_path: Path) -> None:
     result = tmp_path / "result.json"
     nodes.torchrun(1, ARGS)
@@ -191,9 +196,8 @@ def test_a_node_that_never_joins_is_one_line_and_exit_2(nodes: Nodes) -> None:
 
 
 def test_different_settings_are_refused_on_every_node(nodes: Nodes) -> None:
-    pieces = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
-    nodes.bare(0, ARGS, {**pieces, "RANK": "0"})
-    nodes.bare(1, [*ARGS, "--batch-size", "64"], {**pieces, "RANK": "1"})
+    nodes.bare(0, ARGS, pieces(nodes, 0))
+    nodes.bare(1, [*ARGS, "--batch-size", "64"], pieces(nodes, 1))
     assert nodes.wait(0, 60) == 2
     assert nodes.wait(1, 30) == 2
     for rank in (0, 1):
@@ -203,17 +207,48 @@ def test_different_settings_are_refused_on_every_node(nodes: Nodes) -> None:
     assert_nothing_left(nodes)
 
 
-def test_node_0_lost_stops_the_others(nodes: Nodes) -> None:
-    pieces = {"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
-    args = [*ARGS, "--workers", "0,1,2", "--trial-seconds", "2"]
-    nodes.bare(0, args, {**pieces, "RANK": "0"})
-    nodes.bare(1, args, {**pieces, "RANK": "1"})
+def test_another_loadertop_version_is_refused(nodes: Nodes, tmp_path: Path) -> None:
+    other = tmp_path / "other-install"  # node 1's installed loadertop says 9.9.9 (its metadata comes first)
+    (other / "loadertop-9.9.9.dist-info").mkdir(parents=True)
+    (other / "loadertop-9.9.9.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: loadertop\nVersion: 9.9.9\n"
+    )
+    path = os.pathsep.join([str(other), os.environ.get("PYTHONPATH", "")])
+    nodes.bare(0, ARGS, pieces(nodes, 0))
+    nodes.bare(1, ARGS, {**pieces(nodes, 1), "PYTHONPATH": path})
+    assert nodes.wait(0, 60) == 2
+    assert nodes.wait(1, 30) == 2
+    for rank in (0, 1):
+        lines = nodes.err(rank).strip().splitlines()
+        assert len(lines) == 1 and "node 1 (" in lines[0] and "runs loadertop 9.9.9" in lines[0], lines
+    assert_nothing_left(nodes)
+
+
+def test_node_0_lost_stops_the_other_two(nodes: Nodes) -> None:
+    args = [*ARGS, "--workers", "0,1", "--trial-seconds", "2"]
+    for rank in (0, 1, 2):
+        nodes.bare(rank, args, pieces(nodes, rank, 3))
     nodes.wait_trials(1, 1, 90)
     killed = time.monotonic()
     nodes.procs[0].kill()  # node 0's agent, and the store it serves (its runner dies with it)
     assert nodes.wait(1, 20) == 1
+    assert nodes.wait(2, 20) == 1
     assert time.monotonic() - killed < 8
-    assert "loadertop: error: node 0 (" in nodes.err(1) and "lost" in nodes.err(1)
+    for rank in (1, 2):
+        assert "loadertop: error: node 0 (" in nodes.err(rank) and "lost" in nodes.err(rank), nodes.err(rank)
+    assert_nothing_left(nodes)
+
+
+@pytest.mark.slow
+def test_three_nodes_by_hand(nodes: Nodes, tmp_path: Path) -> None:
+    result = tmp_path / "result.json"
+    for rank in (2, 1, 0):
+        nodes.bare(rank, [*ARGS, "--json", str(result)], pieces(nodes, rank, 3))
+    assert [nodes.wait(rank, 120) for rank in (0, 1, 2)] == [0, 0, 0], nodes.err(0)
+    data = json.loads(result.read_text())
+    assert [n["node_rank"] for n in data["nodes"]] == [0, 1, 2]
+    assert all(len(t["node_samples_per_s"]) == 3 for t in data["trials"])
+    assert len(list(tmp_path.glob("runs[12]/*/result.json"))) == 2 and "wrote" not in nodes.err(1) + nodes.err(2)
     assert_nothing_left(nodes)
 
 
