@@ -211,22 +211,18 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
 
     def run() -> int:
-        settings = settings_from_args(args)
-        check_writable(args.json, "--json")
-        check_writable(args.csv, "--csv")
-        if args.json is not None and args.csv is not None and args.json.resolve() == args.csv.resolve():
-            raise UsageError(f"--json and --csv both name {args.json}: one would overwrite the other")
-        headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
-        previous, kept = runs_from_args(args, settings)
-        settings, link = join_launch(settings)
-        if link is not None and link.node_rank != 0:  # a follower: headless, node 0 writes the files
-            headless, args.json, args.csv = True, None, None
+        # Many nodes: join first, so a node that fails its own checks leaves the sweep at once rather than
+        # never joining; node 0 failing stops the others.
+        settings, link = join_launch(settings_from_args(args))
         try:
-            code = run_face(args, settings, headless, previous, kept, link)
+            return sweep_here(args, settings, link) or (link.exit_code if link is not None else 0)
+        except BaseException:
+            if link is not None:
+                link.stop()
+            raise
         finally:
             if link is not None:
                 link.close()
-        return code or (link.exit_code if link is not None else 0)
 
     return one_line_errors("loadertop", args.debug, run)
 
@@ -242,6 +238,20 @@ def join_launch(settings: Settings) -> tuple[Settings, Any]:
     from loadertop.core.nodes import join_nodes  # torch.distributed: only on a many-node launch
 
     return join_nodes(settings, launch)
+
+
+def sweep_here(args: argparse.Namespace, settings: Settings, link: Any) -> int:
+    """Check this node's outputs and inputs, then run the face: node 0 (or the only node) as asked, a follower
+    headless (node 0 writes --json and --csv)."""
+    headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
+    if link is not None and link.node_rank != 0:
+        headless, args.json, args.csv = True, None, None
+    check_writable(args.json, "--json")
+    check_writable(args.csv, "--csv")
+    if args.json is not None and args.csv is not None and args.json.resolve() == args.csv.resolve():
+        raise UsageError(f"--json and --csv both name {args.json}: one would overwrite the other")
+    previous, kept = runs_from_args(args, settings)
+    return run_face(args, settings, headless, previous, kept, link)
 
 
 def run_face(

@@ -63,6 +63,8 @@ def wait_keys(store: Any, keys: Sequence[str], deadline: float | None, broken: t
     was set (an empty list: all there)."""
     missing = list(keys)
     while missing:
+        if guarded(lambda keys=missing: store.check(keys)):  # one round trip once everything is there
+            return []
         missing = [k for k in missing if not guarded(lambda k=k: store.check([k]))]
         if not missing or broken.is_set() or (deadline is not None and time.monotonic() >= deadline):
             break
