@@ -71,6 +71,9 @@ class Nodes:
     def err(self, rank: int) -> str:
         return (self.folder / f"node{rank}.err").read_text(errors="replace")
 
+    def out(self, rank: int) -> str:
+        return (self.folder / f"node{rank}.out").read_text(errors="replace")
+
     def wait(self, rank: int, timeout: float) -> int:
         return self.procs[rank].wait(timeout)
 
@@ -179,6 +182,7 @@ def test_ctrl_c_on_node_0_stops_every_node(nodes: Nodes) -> None:
     assert nodes.wait(0, 20) != 0
     assert nodes.wait(1, 20) != 0
     assert time.monotonic() - interrupted < 10
+    assert "Interrupted: " in nodes.out(0)  # the headless face's exit 130 (torchrun itself says 1)
     assert "exitcode  : 130" in nodes.err(1) and "node 0 (" in nodes.err(1) and "stopped the sweep" in nodes.err(1)
     assert_nothing_left(nodes)
 
@@ -221,6 +225,18 @@ def test_another_loadertop_version_is_refused(nodes: Nodes, tmp_path: Path) -> N
     for rank in (0, 1):
         lines = nodes.err(rank).strip().splitlines()
         assert len(lines) == 1 and "node 1 (" in lines[0] and "runs loadertop 9.9.9" in lines[0], lines
+    assert_nothing_left(nodes)
+
+
+def test_a_node_that_fails_its_own_checks_leaves_at_once(nodes: Nodes) -> None:
+    nodes.bare(0, ARGS, pieces(nodes, 0))
+    nodes.bare(1, [*ARGS, "--compare", str(nodes.folder / "no-such-run")], pieces(nodes, 1))
+    assert nodes.wait(1, 60) == 2
+    assert nodes.err(1).strip().splitlines() == [
+        f"loadertop: error: --compare {nodes.folder}/no-such-run: no such run folder or result file"
+    ]
+    assert nodes.wait(0, 20) == 1
+    assert "loadertop: error: node 1 (" in nodes.err(0) and "left the sweep" in nodes.err(0)
     assert_nothing_left(nodes)
 
 
