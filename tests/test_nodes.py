@@ -137,8 +137,9 @@ def pieces(nodes: Nodes, rank: int, count: int = 2) -> dict[str, str]:
 
 def test_two_torchrun_nodes_measure_each_trial_together(nodes: Nodes, tmp_path: Path) -> None:
     result = tmp_path / "result.json"
-    nodes.torchrun(1, ARGS)
-    nodes.torchrun(0, [*ARGS, "--json", str(result)])
+    args = [*ARGS, "--ranks", "2"]  # each node's two ranks have a gloo group of their own, not torchrun's store
+    nodes.torchrun(1, args)
+    nodes.torchrun(0, [*args, "--json", str(result)])
     assert nodes.wait(0, 90) == 0, nodes.err(0)
     assert nodes.wait(1, 30) == 0, nodes.err(1)
     data = json.loads(result.read_text())
@@ -148,14 +149,15 @@ def test_two_torchrun_nodes_measure_each_trial_together(nodes: Nodes, tmp_path: 
     for trial in data["trials"]:
         assert trial["status"] == "ok", trial
         assert len(trial["node_samples_per_s"]) == 2 and all(r > 0 for r in trial["node_samples_per_s"])
-        assert trial["slowest_rank"].startswith(("node 0", "node 1"))
+        assert len(trial["rank_samples_per_s"]) == 4 and trial["ranks"] == 4
+        assert trial["slowest_rank"].startswith(("node 0", "node 1")) and trial["slowest_rank"].endswith(("0", "1"))
     assert list(tmp_path.glob("runs1/*/result.json")), "node 1 keeps its own run folder"
     assert "wrote" not in nodes.err(1)  # node 0 writes --json
     assert_nothing_left(nodes)
 
 
 def test_a_node_killed_mid_trial_stops_every_node(nodes: Nodes) -> None:
-    args = [*ARGS, "--workers", "0,1,2", "--trial-seconds", "2"]
+    args = [*ARGS, "--trial-seconds", "2"]
     nodes.torchrun(1, args)
     nodes.torchrun(0, args)
     nodes.wait_trials(0, 1, 90)
@@ -173,7 +175,7 @@ def test_a_node_killed_mid_trial_stops_every_node(nodes: Nodes) -> None:
 
 
 def test_ctrl_c_on_node_0_stops_every_node(nodes: Nodes) -> None:
-    args = [*ARGS, "--workers", "0,1,2", "--trial-seconds", "2"]
+    args = [*ARGS, "--trial-seconds", "2"]
     nodes.torchrun(1, args)
     nodes.torchrun(0, args)
     nodes.wait_trials(0, 1, 90)
