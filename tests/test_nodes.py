@@ -190,8 +190,15 @@ def test_ctrl_c_on_node_0_stops_every_node(nodes: Nodes) -> None:
 
 
 def test_a_node_that_never_joins_is_one_line_and_exit_2(nodes: Nodes) -> None:
-    slurm = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "localhost",
-             "SLURM_JOB_ID": "7", "MASTER_PORT": str(nodes.port)}  # fmt: skip
+    slurm = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NUM_NODES": "2",
+        "SLURM_JOB_NODELIST": "localhost",
+        "SLURM_STEP_ID": "0",
+        "SLURM_JOB_ID": "7",
+        "MASTER_PORT": str(nodes.port),
+    }  # what srun gives node 0; node 1 never starts
     started = time.monotonic()
     nodes.bare(0, [*ARGS, "--join-timeout", "3"], slurm)
     assert nodes.wait(0, 30) == 2

@@ -20,7 +20,7 @@ TORCHRUN_NODE_1 = {
 }  # fmt: skip
 SLURM_NODE_2 = {
     "SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_JOB_NUM_NODES": "4", "SLURM_NODEID": "2",
-    "SLURM_JOB_NODELIST": "gpu[07-10]", "SLURM_JOB_ID": "123456", "SLURM_CPUS_PER_TASK": "8",
+    "SLURM_JOB_NODELIST": "gpu[07-10]", "SLURM_JOB_ID": "123456", "SLURM_CPUS_PER_TASK": "8", "SLURM_STEP_ID": "0",
 }  # fmt: skip
 
 
@@ -28,6 +28,17 @@ def test_no_launcher_or_one_node_is_the_ordinary_loadertop() -> None:
     assert detect_launch({}) is None
     assert detect_launch({**TORCHRUN_NODE_1, "WORLD_SIZE": "1", "RANK": "0", "GROUP_RANK": "0"}) is None
     assert detect_launch({**SLURM_NODE_2, "SLURM_NTASKS": "1", "SLURM_JOB_NUM_NODES": "1", "SLURM_PROCID": "0"}) is None
+
+
+def test_the_batch_script_itself_is_no_launch() -> None:
+    batch = {k: v for k, v in SLURM_NODE_2.items() if k != "SLURM_STEP_ID"} | {"SLURM_PROCID": "0"}
+    assert detect_launch(batch) is None  # a plain `loadertop` in an sbatch script measures its own node
+
+
+def test_an_srun_step_on_part_of_the_job_uses_the_step() -> None:
+    step = {**SLURM_NODE_2, "SLURM_STEP_NUM_TASKS": "2", "SLURM_STEP_NUM_NODES": "2", "SLURM_PROCID": "1",
+            "SLURM_STEP_NODELIST": "gpu[09-10]"}  # fmt: skip
+    assert detect_launch(step) == Launch(1, 2, "gpu09", SLURM_PORT_BASE + 456, "slurm")
 
 
 def test_torchrun_node() -> None:

@@ -36,7 +36,10 @@ def detect_launch(environ: Mapping[str, str]) -> Launch | None:
     when the launch environment is malformed or starts more than one agent per node."""
     if "WORLD_SIZE" in environ or "TORCHELASTIC_RUN_ID" in environ:
         return _torchrun(environ)
-    if "SLURM_NTASKS" in environ and "SLURM_PROCID" in environ:
+    # An srun step, not the batch script itself (which has SLURM_NTASKS and SLURM_PROCID=0 too, but no step).
+    if "SLURM_PROCID" in environ and any(
+        k in environ for k in ("SLURM_STEP_ID", "SLURM_STEPID", "SLURM_STEP_NUM_TASKS")
+    ):
         return _slurm(environ)
     return None
 
@@ -82,10 +85,11 @@ def _torchrun(environ: Mapping[str, str]) -> Launch | None:
 
 
 def _slurm(environ: Mapping[str, str]) -> Launch | None:
-    tasks = _int(environ, "SLURM_NTASKS", "slurm")
+    tasks = _int(environ, _first(environ, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"), "slurm")
     if tasks <= 1:
         return None
-    nodes = _int(environ, "SLURM_JOB_NUM_NODES", "slurm") if "SLURM_JOB_NUM_NODES" in environ else tasks
+    nodes_name = _first(environ, "SLURM_STEP_NUM_NODES", "SLURM_JOB_NUM_NODES")
+    nodes = _int(environ, nodes_name, "slurm") if nodes_name in environ else tasks
     if nodes != tasks:
         raise UsageError(
             f"slurm launch: {tasks} tasks on {nodes} nodes; loadertop runs one agent per node "
@@ -94,13 +98,20 @@ def _slurm(environ: Mapping[str, str]) -> Launch | None:
     rank = _int(environ, "SLURM_PROCID", "slurm")
     if rank >= tasks:
         raise UsageError(f"slurm launch: SLURM_PROCID={rank} is not below SLURM_NTASKS={tasks}")
-    addr = environ.get("MASTER_ADDR") or first_host(environ.get("SLURM_JOB_NODELIST", ""))
+    addr = environ.get("MASTER_ADDR") or first_host(
+        environ.get(_first(environ, "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"), "")
+    )
     if "MASTER_PORT" in environ:
         port = _port(environ["MASTER_PORT"], "MASTER_PORT", "slurm")
     else:
         job = _int(environ, "SLURM_JOB_ID", "slurm")
         port = SLURM_PORT_BASE + job % SLURM_PORT_SPAN
     return Launch(rank, tasks, addr, port, "slurm")
+
+
+def _first(environ: Mapping[str, str], step: str, job: str) -> str:
+    """The step's variable when srun set it (the step may use part of the job), else the job's."""
+    return step if step in environ else job
 
 
 _RANGE = re.compile(r"^(?P<prefix>[^\[\],]*)\[(?P<body>[^\]]+)\](?P<suffix>[^,]*)")
