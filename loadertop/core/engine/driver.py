@@ -200,16 +200,7 @@ class Sweep:
         machine = machine_info(gpu)
         write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
         self._emit(SweepStarted(str(self.run_dir), machine, self.settings, self.planner.planned(), self.previous))
-        if machine.gpu_unavailable:
-            self._emit(Notice("info", f"GPU {machine.gpu_unavailable}"))
-        if shm := shm_problem(machine.shm_free_mb):
-            self._emit(Notice("warning", shm))
-        if self._kept:
-            self._emit(Notice("info", f"resuming: {len(self._kept)} finished trials are kept, not measured again"))
-        for kept in self._kept.values():
-            self.guard.learn(kept)
-        if self._nodes is not None:
-            self._nodes.on_break(self._on_node_break)
+        self._opening(machine)
         probes = self._probes = Probes(self._on_probe, gpu, interval=self.settings.interval)
         runner: RunnerProcess | None = None
         trials: list[TrialResult] = []
@@ -261,6 +252,19 @@ class Sweep:
             append_trial(self.run_dir, skipped)
             self._emit(TrialFinished(skipped))
         self._finish(machine, trials, time.monotonic() - started)
+
+    def _opening(self, machine: MachineInfo) -> None:
+        """What the sweep says before it starts, the trials it keeps, and (many nodes) listening to the link."""
+        if machine.gpu_unavailable:
+            self._emit(Notice("info", f"GPU {machine.gpu_unavailable}"))
+        if shm := shm_problem(machine.shm_free_mb):
+            self._emit(Notice("warning", shm))
+        if self._kept:
+            self._emit(Notice("info", f"resuming: {len(self._kept)} finished trials are kept, not measured again"))
+        for kept in self._kept.values():
+            self.guard.learn(kept)
+        if self._nodes is not None:
+            self._nodes.on_break(self._on_node_break)
 
     def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
         conclusion = conclude(
