@@ -39,6 +39,11 @@ consumer specs (--consumer): package.module:callable or path/to/file.py:callable
 knobs that need workers (prefetch factor, persistent workers, start method, in-order off) are not run
 with 0 workers: the 0-worker loader is measured once and those combinations show as skipped
 
+many nodes: one loadertop per node, the same arguments on every node; node 0 plans, shows and writes --json/--csv,
+the others measure each trial at the same moment, headless (--join-timeout S: how long node 0 waits for them)
+  torchrun --nnodes N --nproc-per-node 1 --node-rank K --master-addr HOST --master-port PORT -m loadertop ...
+  srun --ntasks-per-node 1 loadertop ...   (node 0's address: MASTER_ADDR, else the first host of the job)
+
 exit codes: 0 done, 1 internal error (traceback in the run folder's runner.log), 2 bad usage or input,
 130 interrupted (finished trials are kept in the run folder and in --json/--csv)
 """
