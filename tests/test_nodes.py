@@ -6,114 +6,19 @@ check that none survives reads it with psutil. The sweeps are the cheapest real 
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import signal
-import socket
-import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
+from nodes_procs import ARGS, Nodes, assert_nothing_left, pieces
 
 from loadertop.core.model.config import Settings
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.nodes.join import comparable, difference, hello
-
-ARGS = ["--headless", "--workers", "0,1", "--trial-seconds", "1", "--no-transport"]
-LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Nodes:
-    """Agents of one many-node sweep on this machine, each in a session of its own (as on its own node)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.mark = uuid.uuid4().hex
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
-
-    def env(self, extra: dict[str, str]) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
-        for name in LAUNCH_VARIABLES:
-            env.pop(name, None)
-        return {**env, "LOADERTOP_TEST_MARK": self.mark, "PYTHONUNBUFFERED": "1", **extra}
-
-    def torchrun(self, rank: int, args: list[str], nodes: int = 2) -> None:
-        """`torchrun --nnodes N --nproc-per-node 1 --node-rank K ... -m loadertop ARGS` (torchrun from the venv)."""
-        launch = ["--nnodes", str(nodes), "--nproc-per-node", "1", "--node-rank", str(rank)]
-        launch += ["--master-addr", "127.0.0.1", "--master-port", str(self.port), "--monitor-interval", "0.1"]
-        self._start(rank, [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "loadertop", *args], {})
-
-    def bare(self, rank: int, args: list[str], extra: dict[str, str]) -> None:
-        """The agent alone, its launch variables set by hand (torchrun's pieces, or SLURM's)."""
-        self._start(rank, [sys.executable, "-m", "loadertop", *args], extra)
-
-    def _start(self, rank: int, argv: list[str], extra: dict[str, str]) -> None:
-        out = open(self.folder / f"node{rank}.out", "wb")  # noqa: SIM115 (the child holds it)
-        err = open(self.folder / f"node{rank}.err", "wb")  # noqa: SIM115
-        self.procs[rank] = subprocess.Popen(
-            [*argv, "--out", str(self.folder / f"runs{rank}")],
-            env=self.env(extra), stdout=out, stderr=err, start_new_session=True, cwd=self.folder,
-        )  # fmt: skip
-
-    def err(self, rank: int) -> str:
-        return (self.folder / f"node{rank}.err").read_text(errors="replace")
-
-    def out(self, rank: int) -> str:
-        return (self.folder / f"node{rank}.out").read_text(errors="replace")
-
-    def wait(self, rank: int, timeout: float) -> int:
-        return self.procs[rank].wait(timeout)
-
-    def trials_done(self, rank: int) -> int:
-        files = glob.glob(str(self.folder / f"runs{rank}" / "*" / "trials.jsonl"))
-        return sum(1 for f in files for _ in open(f))
-
-    def wait_trials(self, rank: int, count: int, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while self.trials_done(rank) < count:
-            assert time.monotonic() < deadline, f"node {rank} finished no trial in {timeout} s:\n{self.err(rank)}"
-            time.sleep(0.05)
-
-    def agent_pid(self, rank: int) -> int:
-        """Under torchrun: the loadertop agent (torchrun's worker, in a session of its own)."""
-        children = psutil.Process(self.procs[rank].pid).children()
-        assert children, f"node {rank} has no agent:\n{self.err(rank)}"
-        return children[0].pid
-
-    def left(self) -> list[str]:
-        """Every live process that carries this sweep's marker (agents, runners, trials, workers, torchrun)."""
-        found = []
-        for proc in psutil.process_iter(["pid", "cmdline", "status"]):
-            try:
-                if (
-                    proc.info["status"] != psutil.STATUS_ZOMBIE
-                    and proc.environ().get("LOADERTOP_TEST_MARK") == self.mark
-                ):
-                    found.append(f"{proc.pid}: {' '.join(proc.info['cmdline'] or [])[:100]}")
-            except (psutil.Error, OSError):
-                continue
-        return found
-
-    def kill_all(self) -> None:
-        for proc in psutil.process_iter():
-            try:
-                if proc.environ().get("LOADERTOP_TEST_MARK") == self.mark:
-                    proc.kill()
-            except (psutil.Error, OSError):
-                continue
 
 
 @pytest.fixture
@@ -121,18 +26,6 @@ def nodes(tmp_path: Path) -> Iterator[Nodes]:
     launched = Nodes(tmp_path)
     yield launched
     launched.kill_all()  # a failed test leaves nothing running either
-
-
-def assert_nothing_left(nodes: Nodes, within: float = 5.0) -> None:
-    deadline = time.monotonic() + within
-    while (left := nodes.left()) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert left == [], "processes survived:\n" + "\n".join(left)
-
-
-def pieces(nodes: Nodes, rank: int, count: int = 2) -> dict[str, str]:
-    """torchrun's variables for node `rank`, set by hand (no torchrun agent: node 0 serves the store itself)."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(count), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
 
 
 def test_two_torchrun_nodes_measure_each_trial_together(nodes: Nodes, tmp_path: Path) -> None:

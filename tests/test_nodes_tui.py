@@ -1,0 +1,46 @@
+"""Node 0's TUI on a many-node sweep: the real app (Pilot) as node 0 in this process, a real agent as node 1."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nodes_procs import ARGS, Nodes, assert_nothing_left, pieces
+from tui_fakes import sync, wait_until
+
+import loadertop.core.nodes as nodes_package
+from loadertop.cli import build_parser, settings_from_args
+from loadertop.core.engine import Launch
+from loadertop.core.nodes import join_nodes
+from loadertop.tui.app import make_app
+
+
+@pytest.fixture
+def nodes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Nodes]:
+    # Node 0 is this test process: it must not arm "die with my parent" on pytest itself.
+    monkeypatch.setattr(nodes_package, "end_with_launcher", lambda: None)
+    launched = Nodes(tmp_path)
+    yield launched
+    launched.kill_all()
+
+
+@sync
+async def test_q_on_node_0s_tui_stops_every_node(nodes: Nodes, runs: Path) -> None:
+    args = [*ARGS, "--trial-seconds", "30"]
+    nodes.bare(1, args, pieces(nodes, 1))
+    settings, link = join_nodes(
+        settings_from_args(build_parser().parse_args(args)), Launch(0, 2, "127.0.0.1", nodes.port, "torchrun")
+    )
+    assert [n.node_rank for n in link.nodes()] == [0, 1]
+    app = make_app(settings, out_dir=runs, nodes=link)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.state.live is not None and len(app.state.live.batches_per_s) >= 1, 120)
+        pressed = time.monotonic()
+        await pilot.press("q")
+    assert app.return_code == 130
+    assert nodes.wait(1, 20) == 130  # node 1 was told to stop
+    assert time.monotonic() - pressed < 8
+    assert "node 0 (" in nodes.err(1) and "stopped the sweep" in nodes.err(1)
+    assert_nothing_left(nodes)
