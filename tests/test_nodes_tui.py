@@ -13,8 +13,10 @@ from tui_fakes import sync, wait_until
 import loadertop.core.nodes as nodes_package
 from loadertop.cli import build_parser, settings_from_args
 from loadertop.core.engine import Launch
+from loadertop.core.model.config import Settings
 from loadertop.core.nodes import join_nodes
 from loadertop.tui.app import make_app
+from loadertop.tui.sweep_api import engine_factory
 
 
 @pytest.fixture
@@ -44,3 +46,12 @@ async def test_q_on_node_0s_tui_stops_every_node(nodes: Nodes, runs: Path) -> No
     assert time.monotonic() - pressed < 8
     assert "node 0 (" in nodes.err(1) and "stopped the sweep" in nodes.err(1)
     assert_nothing_left(nodes)
+
+
+def test_a_rerun_after_the_many_node_sweep_measures_this_node_whole(runs: Path) -> None:
+    link = object()  # only handed on: the first sweep takes it, a later `r` runs without it
+    make = engine_factory(runs, (), nodes=link)  # type: ignore[arg-type]
+    two = Settings(workers=(0,), nodes=2, node_rank=0)
+    first, rerun = make(two, None, None), make(two, None, None)
+    assert first.settings.nodes == 2 and first._nodes is link  # type: ignore[attr-defined]
+    assert rerun.settings.nodes == 1 and rerun._nodes is None  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -51,6 +52,8 @@ def engine_factory(
         reuse = tuple(kept)
         kept.clear()
         first, link[0] = link[0], None
+        if first is None and settings.nodes > 1:  # a rerun after the many-node sweep: this node's data, whole
+            settings = replace(settings, nodes=1, node_rank=0)
         return Sweep(settings, out_dir=out_dir, previous=previous, only=only, resume=reuse, nodes=first)
 
     return make
