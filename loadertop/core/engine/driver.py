@@ -226,12 +226,9 @@ class Sweep:
                         runner.close()
                         runner = start_runner(self.run_dir / LOG, self._cancel)
                     trial = self._run_trial(runner, index, config)
-                if trial is None and self.node_break is not None:
-                    trial = TrialResult(index, config, "failed", error=self.node_break)  # failed on every node
-                elif trial is None or (trial.status == "failed" and self._cancel.is_set()):
+                trial = self._node_share(index, config, trial)
+                if trial is None or (trial.status == "failed" and self._cancel.is_set() and not self.node_break):
                     break  # cancelled mid-trial (its SIGKILL was ours, not a failure): nothing finished to keep
-                elif self._nodes is not None:
-                    trial = self._nodes.combine(trial)  # node 0: every node's share merged; the others: sent
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
@@ -252,6 +249,16 @@ class Sweep:
             append_trial(self.run_dir, skipped)
             self._emit(TrialFinished(skipped))
         self._finish(machine, trials, time.monotonic() - started)
+
+    def _node_share(self, index: int, config: TrialConfig, trial: TrialResult | None) -> TrialResult | None:
+        """Many nodes: node 0 merges every node's share of the trial, the others send theirs. A node lost during
+        it fails the trial in node 0's record; a stop (Ctrl-C, `q`) leaves it out, as on one node."""
+        if self._nodes is None:
+            return trial
+        if trial is None:
+            lost = self.node_break is not None and self._nodes.node_rank == 0  # node 0 breaks only for a loss
+            return TrialResult(index, config, "failed", error=self.node_break) if lost else None
+        return self._nodes.combine(trial)
 
     def _opening(self, machine: MachineInfo) -> None:
         """What the sweep says before it starts, the trials it keeps, and (many nodes) listening to the link."""

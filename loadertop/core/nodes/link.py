@@ -44,7 +44,8 @@ class StoreLink:
         self._index = 0  # the next trial's number: the same on every node
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[str], None]] = []
-        self._broken = threading.Event()
+        self._broken = threading.Event()  # a node lost, or node 0 said stop (the others)
+        self._halt = threading.Event()  # broken, or node 0 stopping: every wait here ends
         self._ended = threading.Event()  # the sweep ended as planned: a node leaving now is no loss
         self._closed = threading.Event()
         self._lost: dict[int, str] = {}  # node rank -> why it is gone (for its share of the trial)
@@ -57,7 +58,7 @@ class StoreLink:
         return self._infos
 
     def next_config(self, plan: Callable[[], TrialConfig | None]) -> TrialConfig | None:
-        if self._broken.is_set():
+        if self._halt.is_set():
             return None
         index = self._index
         try:
@@ -67,12 +68,12 @@ class StoreLink:
                     self._end()
                     return None
                 ready = [f"ready/{index}/{k}" for k in self._others()]
-                if wait_keys(self._store, ready, None, self._broken):
-                    return None  # broken while waiting: a node lost, or stopped
+                if wait_keys(self._store, ready, None, self._halt):
+                    return None  # a node lost, or stopped, while waiting
                 guarded(lambda: self._store.set(f"config/{index}", json.dumps(config.to_dict())))
             else:
                 guarded(lambda: self._store.set(f"ready/{index}/{self.node_rank}", "1"))
-                if wait_keys(self._store, [f"config/{index}"], None, self._broken):
+                if wait_keys(self._store, [f"config/{index}"], None, self._halt):
                     return None
                 raw = guarded(lambda: self._store.get(f"config/{index}")).decode()
                 if raw == "end":
@@ -92,7 +93,7 @@ class StoreLink:
                 guarded(lambda: self._store.set(f"result/{index}/{self.node_rank}", json.dumps(trial.to_dict())))
                 return trial
             keys = {k: f"result/{index}/{k}" for k in self._others()}
-            missing = set(wait_keys(self._store, list(keys.values()), None, self._broken))
+            missing = set(wait_keys(self._store, list(keys.values()), None, self._halt))
             shares = [trial]
             for k, key in keys.items():
                 if key in missing:
@@ -118,6 +119,7 @@ class StoreLink:
             return
         if self.reason is None:
             self.exit_code = EXIT_STOPPED
+        self._halt.set()  # node 0 waits for nobody now (a bye after this is no loss)
         with contextlib.suppress(StoreGone):  # gone: nobody left to tell
             guarded(lambda: self._store.add("stop", 1))
 
@@ -165,6 +167,7 @@ class StoreLink:
             self.reason = reason
             self.exit_code = code
             self._broken.set()
+            self._halt.set()
             callbacks = list(self._callbacks)
         for callback in callbacks:
             callback(reason)
@@ -183,7 +186,7 @@ class StoreLink:
                     self._watch(k, seen)
             except StoreGone as exc:
                 self._gone(exc)
-            if self._broken.is_set() or self._ended.is_set():
+            if self._halt.is_set() or self._ended.is_set():
                 # Keep beating (node 0 still waits for this node's bye), but watch no more.
                 watched = []
 
