@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes_procs import ARGS, Nodes, assert_nothing_left, pieces
+from nodes_procs import ARGS, Nodes, assert_nothing_left, free_port, pieces
 
 from loadertop.core.model.config import Settings
 from loadertop.core.model.nodes import NodeInfo
@@ -92,12 +92,16 @@ def test_a_node_that_never_joins_is_one_line_and_exit_2(nodes: Nodes) -> None:
         "SLURM_JOB_ID": "7",
         "MASTER_PORT": str(nodes.port),
     }  # what srun gives node 0; node 1 never starts
+    alone = {**pieces(nodes, 1), "MASTER_PORT": str(free_port())}  # a node 1 whose node 0 never starts
     started = time.monotonic()
     nodes.bare(0, [*ARGS, "--join-timeout", "3"], slurm)
+    nodes.bare(1, [*ARGS, "--join-timeout", "3"], alone)
     assert nodes.wait(0, 30) == 2
+    assert nodes.wait(1, 30) == 2
     assert time.monotonic() - started < 3 + 8  # the timeout, Python's start and the store's
-    lines = nodes.err(0).strip().splitlines()
-    assert lines == ["loadertop: error: node 1 of 2 did not join within 3 s"]
+    assert nodes.err(0).strip().splitlines() == ["loadertop: error: node 1 of 2 did not join within 3 s"]
+    lines = nodes.err(1).strip().splitlines()  # one line: not torch's log of every try
+    assert len(lines) == 1 and lines[0].startswith("loadertop: error: node 1 of 2 could not reach the sweep's store")
     assert_nothing_left(nodes)
 
 

@@ -7,6 +7,7 @@ under one prefix. Waits poll `check` (never a blocking get), so a stop or a lost
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -19,31 +20,54 @@ from loadertop.core.model.config import UsageError
 PREFIX = "loadertop"
 OP_TIMEOUT_S = 10.0  # one store operation on a store that is up (a host gone silent ends it)
 POLL_S = 0.05
+TRY_S = 1.0  # one try to connect to node 0's store
 
 
 class StoreGone(Exception):
     """The store (node 0's side) cannot be reached any more."""
 
 
-def connect(launch: Launch, timeout_s: float, serve: bool) -> Any:
-    """A client of the sweep's store (`serve`: node 0 also serves it). UsageError when node 0 never answers."""
-    import torch.distributed as dist
-
+def _torch_distributed() -> Any:
+    """torch.distributed with c10d's C++ log quiet: a node still waiting for node 0 would print a stack per failed
+    connection try, where loadertop says one line. The level is read once, as torch loads; the trials and their
+    workers (started with this environment) get the usual one."""
+    before = os.environ.get("TORCH_CPP_LOG_LEVEL")
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:
-        store = dist.TCPStore(
-            launch.master_addr,
-            launch.master_port,
-            is_master=serve,
-            timeout=timedelta(seconds=timeout_s),
-            wait_for_workers=False,
-        )
-    except Exception as exc:  # RuntimeError / DistNetworkError: the reason is torch's, one line of it
-        what = "serve" if serve else "reach"
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise UsageError(
-            f"node {launch.node_rank} of {launch.nodes} could not {what} the sweep's store at "
-            f"{launch.master_addr}:{launch.master_port} within {timeout_s:g} s ({first})"
-        ) from None
+        import torch.distributed as dist
+    finally:
+        if before is None:
+            os.environ.pop("TORCH_CPP_LOG_LEVEL", None)
+        else:
+            os.environ["TORCH_CPP_LOG_LEVEL"] = before
+    return dist
+
+
+def connect(launch: Launch, timeout_s: float, serve: bool) -> Any:
+    """A client of the sweep's store (`serve`: node 0 also serves it). UsageError when node 0 never answers within
+    `timeout_s` (tries of at most TRY_S each, so the deadline holds: torch's own retries overshoot it)."""
+    dist = _torch_distributed()
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            store = dist.TCPStore(
+                launch.master_addr,
+                launch.master_port,
+                is_master=serve,
+                timeout=timedelta(seconds=max(0.1, min(TRY_S, left))),
+                wait_for_workers=False,
+            )
+            break
+        except Exception as exc:  # DistNetworkError and the like: torch's reason, one line of it
+            if serve or time.monotonic() + 0.1 >= deadline:
+                what = "serve" if serve else "reach"
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+                raise UsageError(
+                    f"node {launch.node_rank} of {launch.nodes} could not {what} the sweep's store at "
+                    f"{launch.master_addr}:{launch.master_port} within {timeout_s:g} s ({first})"
+                ) from None
+            time.sleep(min(POLL_S * 4, max(0.0, deadline - time.monotonic())))
     store.set_timeout(timedelta(seconds=OP_TIMEOUT_S))
     return dist.PrefixStore(PREFIX, store)
 
