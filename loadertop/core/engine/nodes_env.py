@@ -3,8 +3,9 @@
     torchrun --nnodes N --nproc-per-node 1 --node-rank K --master-addr HOST --master-port PORT -m loadertop ...
     srun --ntasks-per-node 1 loadertop ...
 
-One agent runs per node, so torchrun's RANK is the node rank and WORLD_SIZE the node count. Under SLURM node 0's
-address is MASTER_ADDR when the batch script exports it, else the first host of SLURM_JOB_NODELIST, and the port is
+One agent runs per node, so torchrun's RANK is the node rank and WORLD_SIZE the node count. Under SLURM it is an
+srun step (the batch script itself is not a launch): SLURM_PROCID is the node rank, node 0's address is MASTER_ADDR
+when the batch script exports it, else the first host of the step's (or job's) node list, and the port is
 MASTER_PORT or one derived from the job id (every node derives the same one).
 """
 
