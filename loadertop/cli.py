@@ -242,7 +242,12 @@ def join_launch(settings: Settings) -> tuple[Settings, Any]:
         return settings, None
     from loadertop.core.nodes import join_nodes  # torch.distributed: only on a many-node launch
 
-    return join_nodes(settings, launch)
+    settings, link = join_nodes(settings, launch)
+    hosts = ", ".join(f"node {n.node_rank} {n.hostname}" for n in link.nodes())
+    role = "this node plans and shows" if launch.node_rank == 0 else "this node measures node 0's trials, headless"
+    print(f"loadertop: node {launch.node_rank} of {launch.nodes} ({launch.launcher}): all joined ({hosts}); {role}",
+          file=sys.stderr)  # fmt: skip
+    return settings, link
 
 
 def sweep_here(args: argparse.Namespace, settings: Settings, link: Any) -> int:
