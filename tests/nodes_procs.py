@@ -42,11 +42,12 @@ class Nodes:
             env.pop(name, None)
         return {**env, "LOADERTOP_TEST_MARK": self.mark, "PYTHONUNBUFFERED": "1", **extra}
 
-    def torchrun(self, rank: int, args: list[str], nodes: int = 2) -> None:
+    def torchrun(self, rank: int, args: list[str], nodes: int = 2, extra: dict[str, str] | None = None) -> None:
         """`torchrun --nnodes N --nproc-per-node 1 --node-rank K ... -m loadertop ARGS` (torchrun from the venv)."""
         launch = ["--nnodes", str(nodes), "--nproc-per-node", "1", "--node-rank", str(rank)]
         launch += ["--master-addr", "127.0.0.1", "--master-port", str(self.port), "--monitor-interval", "0.1"]
-        self._start(rank, [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "loadertop", *args], {})
+        argv = [sys.executable, "-m", "torch.distributed.run", *launch, "-m", "loadertop", *args]
+        self._start(rank, argv, extra or {})
 
     def bare(self, rank: int, args: list[str], extra: dict[str, str]) -> None:
         """The agent alone, its launch variables set by hand (torchrun's pieces, or SLURM's)."""

@@ -31,13 +31,14 @@ def nodes(tmp_path: Path) -> Iterator[Nodes]:
 def test_two_torchrun_nodes_measure_each_trial_together(nodes: Nodes, tmp_path: Path) -> None:
     result = tmp_path / "result.json"
     args = [*ARGS, "--ranks", "2"]  # each node's two ranks have a gloo group of their own, not torchrun's store
-    nodes.torchrun(1, args)
+    nodes.torchrun(1, args, extra={"SLURM_CPUS_PER_TASK": "1"})  # its own CPU count: 1, whatever the machine has
     nodes.torchrun(0, [*args, "--json", str(result)])
     assert nodes.wait(0, 90) == 0, nodes.err(0)
     assert nodes.wait(1, 30) == 0, nodes.err(1)
     data = json.loads(result.read_text())
     assert [n["node_rank"] for n in data["nodes"]] == [0, 1]
-    assert all(n["usable_cpus"] >= 1 and n["mem_total_mb"] > 0 and n["hostname"] for n in data["nodes"])
+    assert all(n["mem_total_mb"] > 0 and n["hostname"] and n["ranks"] == 2 for n in data["nodes"])
+    assert [n["usable_cpus"] for n in data["nodes"]] == [len(os.sched_getaffinity(0)), 1]
     assert len(data["trials"]) == 2
     for trial in data["trials"]:
         assert trial["status"] == "ok", trial
