@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from loadertop.cli import main
 from loadertop.core.engine.nodes_env import SLURM_PORT_BASE, Launch, detect_launch, first_host
 from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, UsageError
@@ -109,3 +110,15 @@ def test_a_trial_rank_sees_the_job_not_the_launch() -> None:
     one = {**TORCHRUN_NODE_1}
     set_rank_environ(Settings(nodes=2, node_rank=1), 0, None, one)
     assert (one["RANK"], one["WORLD_SIZE"]) == ("1", "2") and "MASTER_ADDR" not in one
+
+
+def test_the_cli_says_a_malformed_launch_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for name in ("MASTER_ADDR", "TORCHELASTIC_RUN_ID", "SLURM_PROCID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    assert main(["--headless", "--workers", "0", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "loadertop: error: torchrun launch: MASTER_ADDR is not set\n"
