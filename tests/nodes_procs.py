@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from loadertop.core.engine.nodes_env import SLURM_PORT_BASE, SLURM_PORT_SPAN
+
 ARGS = ["--headless", "--workers", "0,1", "--trial-seconds", "1", "--no-transport"]
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
@@ -35,6 +37,7 @@ class Nodes:
         self.port = free_port()
         self.mark = uuid.uuid4().hex
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.slurm_job: int | None = None  # srun(): the job id its port is derived from
 
     def env(self, extra: dict[str, str]) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "TORCHELASTIC_"))}
@@ -119,3 +122,23 @@ def assert_nothing_left(nodes: Nodes, within: float = 5.0) -> None:
 def pieces(nodes: Nodes, rank: int, count: int = 2) -> dict[str, str]:
     """torchrun's variables for node `rank`, set by hand (no torchrun agent: node 0 serves the store itself)."""
     return {"RANK": str(rank), "WORLD_SIZE": str(count), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(nodes.port)}
+
+
+def srun(nodes: Nodes, rank: int, count: int) -> dict[str, str]:
+    """What `srun --ntasks-per-node 1` gives task `rank` of `count` on hosts "localhost" (no MASTER_ADDR exported:
+    node 0's address is the node list's first host, its port derived from the job id). The first call picks a job
+    id whose port is free and makes it the sweep's."""
+    if nodes.slurm_job is None:
+        for job in range(SLURM_PORT_SPAN):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", SLURM_PORT_BASE + job))
+                except OSError:
+                    continue
+            nodes.slurm_job, nodes.port = job, SLURM_PORT_BASE + job
+            break
+    return {
+        "SLURM_PROCID": str(rank), "SLURM_NODEID": str(rank), "SLURM_NTASKS": str(count),
+        "SLURM_JOB_NUM_NODES": str(count), "SLURM_STEP_ID": "0", "SLURM_STEP_NUM_TASKS": str(count),
+        "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": str(nodes.slurm_job),
+    }  # fmt: skip

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from nodes_procs import ARGS, Nodes, assert_nothing_left, free_port, pieces
+from nodes_procs import ARGS, Nodes, assert_nothing_left, free_port, pieces, srun
 
 from loadertop.core.model.config import Settings
 from loadertop.core.model.nodes import NodeInfo
@@ -150,7 +150,7 @@ def test_a_node_that_fails_its_own_checks_leaves_at_once(nodes: Nodes) -> None:
 def test_node_0_lost_stops_the_other_two(nodes: Nodes) -> None:
     args = [*ARGS, "--workers", "0,1", "--trial-seconds", "2"]
     for rank in (0, 1, 2):
-        nodes.bare(rank, args, pieces(nodes, rank, 3))
+        nodes.bare(rank, args, srun(nodes, rank, 3))  # as srun starts them: node 0 serves the store itself
     nodes.wait_trials(1, 1, 90)
     killed = time.monotonic()
     nodes.procs[0].kill()  # node 0's agent, and the store it serves (its runner dies with it)
