@@ -34,7 +34,7 @@ def test_accuracy_and_cost_over_all_cases(outcomes: list[sim_bench.Outcome]) -> 
     assert ada["cost_med"] <= 0.15  # issue 12's target: ≤ 0.20 of the exhaustive grid
     assert ada["cost_p90"] <= 0.45
     assert ada["acc_med"] >= 0.97
-    assert ada["acc_p10"] >= 0.92  # the target is 0.95: missed by a little (0.946 over 360 cases), see SIM.md
+    assert ada["acc_p10"] >= 0.95  # issue 12's target (0.965 here; 0.959-0.964 over three sets of 360, SIM.md)
 
 
 def test_quiet_cases_meet_the_accuracy_target(outcomes: list[sim_bench.Outcome]) -> None:
