@@ -86,7 +86,7 @@ def drive(planner: AdaptivePlanner | GridPlanner, model: Model, seed: str) -> tu
     done: list[TrialResult] = []
     spent = 0.0
     while (config := planner.next(done)) is not None:
-        result, cost = model.trial(len(done), config, rng)
+        result, cost = model.trial(len(done), config, rng, planner.decision())
         done.append(result)
         spent += cost
         if len(done) > 4 * (model.top + 1):

@@ -27,6 +27,11 @@ class Planner(Protocol):
 
     def take_notes(self) -> list[SearchStep]: ...
 
+    def decision(self) -> tuple[float | None, float | None]:
+        """For the configuration `next` just gave: the (below, above) samples/s beyond which its trial may stop
+        early, its decision made (TrialRequest.decide_below/above); (None, None) when it must run its course."""
+        ...
+
 
 class GridPlanner:
     """Every configuration of the sweep space, in order: the exhaustive baseline."""
@@ -51,6 +56,9 @@ class GridPlanner:
         notes = self.trace[self._read :]
         self._read = len(self.trace)
         return notes
+
+    def decision(self) -> tuple[float | None, float | None]:
+        return None, None  # every grid point is a reference: measured to the end
 
 
 class RowRerun(GridPlanner):

@@ -74,6 +74,7 @@ class AdaptivePlanner:
         self._rungs: dict[int, tuple[int, TrialConfig]] = {}  # per count: the climb's configuration (and score)
         self._fitted: tuple[tuple[int, float], ...] | None = None
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
+        self._decision: tuple[float | None, float | None] = (None, None)
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
             self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
@@ -97,6 +98,7 @@ class AdaptivePlanner:
 
     def next(self, done: Sequence[TrialResult]) -> TrialConfig | None:
         self._done = done
+        self._decision = (None, None)  # the climb sets it for its rungs
         config = next(self._steps, None)
         if config is not None:
             self._proposed.append(config)
@@ -106,6 +108,9 @@ class AdaptivePlanner:
         notes = self.trace[self._read :]
         self._read = len(self.trace)
         return notes
+
+    def decision(self) -> tuple[float | None, float | None]:
+        return self._decision
 
     # -- the plan, as one generator: each `yield` is a trial; `self._done` has its result when it resumes --------
 
@@ -141,6 +146,7 @@ class AdaptivePlanner:
         failures = 0
         while n is not None:
             config = self._at(n)
+            self._decision = self._rung_decision(n)
             yield config
             t = self._result(config)
             if t.status != "ok":
@@ -156,6 +162,18 @@ class AdaptivePlanner:
                 self._note("stop", stop)
                 return
             n = self._next_rung(n, t)
+
+    def _rung_decision(self, n: int) -> tuple[float | None, float | None]:
+        """What a rung is measured for: does it gain more than the band over the best rung below (climb on) or not
+        (stop)? Its trial may stop once its blocks are clearly on one side (TrialRequest.decide_below/above): above
+        the band's edge by another tolerance, or below the best rung itself by one. The top of the range and the
+        first rungs run their course: nothing to compare them with, or they may be the answer."""
+        below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
+        if not below or n >= self.counts[-1]:
+            return None, None
+        prev = max(below, key=sps)
+        x = sps(prev)
+        return x * (1.0 - self.tol), x * (1.0 + noise_band(self.tol, prev)) * (1.0 + self.tol)
 
     def _stop_climbing(self, n: int, t: TrialResult) -> str | None:
         x = sps(t)
@@ -175,7 +193,8 @@ class AdaptivePlanner:
             if gain < band:
                 # Unsettled (a busy machine, a short budget): one rung more, unless a trusted peak is here (steady)
                 steady_past = past is not None and (t.spread or 0.0) <= self.tol
-                if not t.stable and not self._patient and not steady_past and n < self.counts[-1]:
+                settled = t.stable or t.decided  # a clear loss is as good as settled
+                if not settled and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
                     self._note(
                         "climb",
@@ -223,7 +242,10 @@ class AdaptivePlanner:
         if nxt is None:
             return None
         cpu = _cpu_text(t, self._cpus)
-        self._note("climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}; {why}: {workers(nxt)}", self._at(nxt).label())
+        clear = f", a clear gain after {t.blocks} blocks" if t.decided else ""
+        self._note(
+            "climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}{clear}; {why}: {workers(nxt)}", self._at(nxt).label()
+        )
         self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
 

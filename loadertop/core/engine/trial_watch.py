@@ -203,6 +203,7 @@ def measured(
         measured_s=finished.measured_s,
         warmup_batches=finished.warmup_batches,
         stable=finished.stable,
+        decided=finished.decided,
         epoch_restart_s=finished.epoch_restart_s,
         epoch_batches=finished.epoch_batches,
         ranks=finished.ranks,

@@ -41,6 +41,10 @@ class TrialRequest:
     index: int
     config: TrialConfig
     settings: Settings
+    # The decision the trial is measured for (the adaptive search's climb: a gain or not): it may stop as soon as
+    # DECIDE_BLOCKS blocks in a row all lie above `decide_above` samples/s, or all below `decide_below`.
+    decide_below: float | None = None
+    decide_above: float | None = None
 
 
 @dataclass(frozen=True)
@@ -155,6 +159,8 @@ class Finished:
     measured_s: float
     warmup_batches: int
     stable: bool  # the spread reached the target before the time budget ran out
+    # stopped before settling: its blocks all lay beyond an edge of the decision it was measured for (TrialRequest)
+    decided: bool = False
     epoch_batches: int | None = None  # set when blocks were whole epochs
     epoch_restart_s: float | None = None  # an epoch boundary crossed while measuring; Epoch may follow with one
     warnings: tuple[str, ...] = ()

@@ -9,7 +9,11 @@ from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Emit
 
 
-def run_trial(settings: Settings, config: TrialConfig, send: Emit) -> None:
+def run_trial(
+    settings: Settings, config: TrialConfig, send: Emit, decide: tuple[float | None, float | None] = (None, None)
+) -> None:
+    """`decide`: the (below, above) edges of the decision the trial is measured for (TrialRequest); ranks measure
+    their whole window together and ignore it."""
     if settings.ranks > 1:
         from loadertop.core.trial.ranks import run_ranks
 
@@ -21,4 +25,13 @@ def run_trial(settings: Settings, config: TrialConfig, send: Emit) -> None:
 
     built = build_loader(settings, config)
     consumer = make_consumer(settings, config)
-    measure(built.loader, config, settings, consumer, send, control=built.control, check_shards=built.iterable)
+    measure(
+        built.loader,
+        config,
+        settings,
+        consumer,
+        send,
+        control=built.control,
+        check_shards=built.iterable,
+        decide=decide,
+    )

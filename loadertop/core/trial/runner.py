@@ -273,7 +273,7 @@ def _trial_main(request: TrialRequest) -> int:
         print(f"--- trial {request.index}: {request.config.label()}", file=sys.stderr, flush=True)
         from loadertop.core.trial.run import run_trial
 
-        run_trial(request.settings, request.config, emit)
+        run_trial(request.settings, request.config, emit, (request.decide_below, request.decide_above))
         return 0
     except BaseException as exc:
         traceback.print_exc()
