@@ -193,7 +193,9 @@ class AdaptivePlanner:
             if gain < band:
                 # Unsettled (a busy machine, a short budget): one rung more, unless a trusted peak is here (steady)
                 steady_past = past is not None and (t.spread or 0.0) <= self.tol
-                settled = t.stable or t.decided  # a clear loss is as good as settled
+                # A clear loss decided in 3 steady blocks is as good as settled; a noisy one is not (its blocks agree
+                # with each other, which says nothing of how far this run is from the next)
+                settled = t.stable or (t.decided and (t.spread or 0.0) <= self.settings.target_spread)
                 if not settled and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
                     self._note(
