@@ -75,6 +75,7 @@ class AdaptivePlanner:
         self._fitted: tuple[tuple[int, float], ...] | None = None
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
         self._decision: tuple[float | None, float | None] = (None, None)
+        self._fits: int | None = None  # the most workers the memory budget allows, once a rung has told
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
             self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
@@ -232,6 +233,8 @@ class AdaptivePlanner:
                 target = reach
                 why = f"USL predicts the ceiling is reached at {workers(reach)}, before the next doubling"
         memory_cap = self._memory_cap(n, t)
+        if memory_cap is not None:
+            self._fits = memory_cap if self._fits is None else min(self._fits, memory_cap)
         if memory_cap is not None and target > memory_cap:
             if memory_cap <= n:
                 self._note("stop", f"stopped climbing: more than {workers(n)} would exceed the memory budget")
@@ -375,8 +378,11 @@ class AdaptivePlanner:
     def _repeat(self) -> Iterator[TrialConfig]:
         # Never more trials in all than measuring every configuration once (no search is dearer than the grid), and
         # on a short range fewer repeats: one per REPEAT_SHARE counts, at least MIN_REPEATS.
-        share = max(MIN_REPEATS, len(self.counts) // REPEAT_SHARE)
-        budget = min(MAX_REPEATS, share, len(self.space) - len(self._done) - 1)
+        # Counts past the memory budget are not in that grid: the guard skips them at no cost.
+        fits = [n for n in self.counts if self._fits is None or n <= self._fits]
+        share = max(MIN_REPEATS, len(fits) // REPEAT_SHARE)
+        grid = len(self.space) - sum(1 for c in self.space if c.num_workers not in fits)
+        budget = min(MAX_REPEATS, share, grid - len(self._done) - 1)
         yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------
