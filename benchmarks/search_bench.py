@@ -28,8 +28,9 @@ and how many of its trials stopped early with their decision made.
 `--grid-from JSON` reuses a saved run's grids and plain loops (same machine, same workloads) and measures the
 adaptive search and the reference step again; `--report-only JSON` rewrites the report from a saved JSON.
 
-Not part of CI's pytest run: at --trial-seconds 15 (as in RESULTS.md) it takes about 1.5 hours on a 2-core machine,
-mostly the grids (each 4-11 minutes) and the reference steps (each 1-3 minutes).
+Not part of CI's pytest run: at --trial-seconds 15 (as in RESULTS.md) it takes about 75-90 minutes on a 2-core
+machine (the four older workloads took 58 minutes with a smaller head-to-head step), mostly the grids (4-11 minutes
+each) and the reference steps (up to 14 trials each, 1-3 minutes).
 """
 
 from __future__ import annotations
