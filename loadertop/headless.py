@@ -232,7 +232,7 @@ class Reporter:
             self.out.print(f"Recommended: {rec.config.label()}, {num(rec.samples_per_s)} samples/s", markup=False)
             self.out.print(f"Why: {rec.reason}", markup=False)
             paced = report.recommended.pacing if report.recommended else ""
-            if paced:
+            if paced and paced not in rec.reason:  # said once, wherever the engine put it
                 self.out.print(f"Nodes: {paced}", markup=False)
             if len(rec.equivalent) > 1:  # the equivalence set: what the recommendation could be swapped for
                 labels = ", ".join(c.label() for c in rec.equivalent)

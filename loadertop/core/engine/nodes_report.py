@@ -80,8 +80,8 @@ def node_rows(trial: TrialResult, nodes: Sequence[NodeInfo] = ()) -> tuple[NodeR
 
 def pacing(trial: TrialResult, nodes: Sequence[NodeInfo] = ()) -> str:
     """Which rank paces the job and what it costs, e.g. 'node 1 (host-b) paces the job: its ranks load 18% slower
-    than node 0's; in lockstep the job gets 2 ranks × 820 = 1640 samples/s, 10% below the 1820 its nodes load
-    together'. Empty when the trial is not a finished many-node one."""
+    than node 0's (slowest: rank 0); in lockstep the job gets 2 ranks × 820 = 1640 samples/s, 10% below the 1820
+    its nodes load together'. Empty when the trial is not a finished many-node one."""
     rows = node_rows(trial, nodes)
     if len(rows) < 2 or trial.status != "ok" or not trial.samples_per_s or not trial.rank_samples_per_s:
         return ""
@@ -96,11 +96,28 @@ def pacing(trial: TrialResult, nodes: Sequence[NodeInfo] = ()) -> str:
     fast = min(rows, key=lambda r: r.behind if r.behind is not None else 1.0)
     if slow.behind is None or slow.behind < EVEN:
         return f"the nodes load evenly (within {pct(EVEN)}); the slowest rank is {trial.slowest_rank}; {lockstep}"
-    host = f" ({slow.hostname})" if slow.hostname else ""
+    hostname = slow.hostname or _host_in(trial.slowest_rank, slow.node_rank)  # the merge named it: no `nodes` needed
+    host = f" ({hostname})" if hostname else ""
     return (
         f"node {slow.node_rank}{host} paces the job: its ranks load {pct(slow.behind)} slower than node "
-        f"{fast.node_rank}'s (slowest rank: {trial.slowest_rank}); {lockstep}"
+        f"{fast.node_rank}'s{_its_rank(trial.slowest_rank, slow.node_rank)}; {lockstep}"
     )
+
+
+def _its_rank(name: str | None, node_rank: int) -> str:
+    """' (slowest: rank 0)' when the merge named a rank of that node, else the merge's name as it is."""
+    if not name:
+        return ""
+    head, _, local = name.rpartition(" rank ")
+    return f" (slowest: rank {local})" if head.startswith(f"node {node_rank} ") else f" (slowest: {name})"
+
+
+def _host_in(name: str | None, node_rank: int) -> str:
+    """'host-b' from 'node 1 (host-b) rank 0' when it names that node, else ''."""
+    prefix = f"node {node_rank} ("
+    if not name or not name.startswith(prefix) or ") rank " not in name:
+        return ""
+    return name[len(prefix) : name.rindex(") rank ")]
 
 
 def _slow_node(trial: TrialResult) -> int | None:

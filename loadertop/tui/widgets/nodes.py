@@ -5,7 +5,10 @@ Every cell is the engine's report (`Report.node_cells`), as headless and Markdow
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from textual.content import Content
+from textual.dom import NoScreen
 
 from loadertop.core.engine import Report, ReportRow
 from loadertop.tui.state import SweepState
@@ -27,7 +30,10 @@ class NodesPane(Pane[SweepState]):
     def update_view(self) -> None:
         self.report = live_report(self.state)
         self.row = shown_row(self.report, self.state) if self.report is not None else None
-        self.set_class(self.row is not None, "-shown")  # the stylesheet shows it (unless the screen is too small)
+        shown = self.row is not None
+        self.set_class(shown, "-shown")  # the stylesheet shows it (unless the screen is too small)
+        with suppress(NoScreen):  # a late redraw while the app shuts down
+            self.screen.set_class(shown, "-nodes")  # on a short screen the results table gives it room
         super().update_view()
 
     def title(self) -> str:
@@ -53,8 +59,8 @@ class NodesPane(Pane[SweepState]):
         for node, text in zip(row.nodes, cells, strict=True):
             style = "bold $warning" if node.paces else ("$error" if node.status != "ok" else "")
             lines.append(Content.styled(line(text), style))
-        if row.pacing:
-            lines.append(Content.styled(row.pacing, "dim"))
+        # The pacing sentence a clause a line: the pane does not wrap, and its clauses fit 120 columns.
+        lines.extend(Content.styled(clause, "dim") for clause in row.pacing.split("; ") if clause)
         return Content("\n").join(lines)
 
 
