@@ -129,3 +129,25 @@ def test_the_nodes_survive_the_result_json() -> None:
     data = result.to_dict()
     assert [n["hostname"] for n in data["nodes"]] == ["host-a", "host-b"]
     assert all(len(t["node_samples_per_s"]) == 2 for t in data["trials"] if t["status"] == "ok")
+
+
+def test_the_benchmark_reads_the_result_json_contract() -> None:
+    """benchmarks/nodes_bench.py builds its table from the JSON alone (`nodes`, `node_samples_per_s`,
+    `slowest_rank`): fed the two-node result, it names both hosts and each node's own rate."""
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "benchmarks" / "nodes_bench.py"
+    spec = importlib.util.spec_from_file_location("nodes_bench", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    many = json.loads(json.dumps(two_nodes().to_dict()))
+    single = json.loads(json.dumps(ONE_NODE.to_dict()))
+    text = bench.table(single, many)
+    header = text.splitlines()[0]
+    assert "node 0 (host-a), 2 nodes" in header and "node 1 (host-b), 2 nodes" in header
+    w2 = next(line for line in text.splitlines() if line.startswith("| 2 |"))
+    trial = next(t for t in many["trials"] if t["config"]["num_workers"] == 2 and t["status"] == "ok")
+    a, b = trial["node_samples_per_s"]
+    assert f"| {a:.0f} | {b:.0f} | {trial['samples_per_s']:.0f} | node 1 (host-b) rank 0 |" in w2
+    assert "two nodes recommend 2 workers" in text and "node 0 loads" in text
