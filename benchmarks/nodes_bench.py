@@ -108,7 +108,8 @@ def _verdict(single: dict[str, Any], many: dict[str, Any] | None) -> str:
         alone = by_workers(single).get(w1, {}).get("samples_per_s")
         shared = (by_workers(many).get(w1, {}).get("node_samples_per_s") or [None])[0]
         if alone and shared:  # the same worker count: what a second node reading the store takes from node 0
-            parts.append(f"- at {w1} workers node 0 loads {alone / shared - 1:+.0%} more alone than beside node 1")
+            more = f"{alone / shared - 1:.0%}"
+            parts.append(f"- at {w1} workers node 0 alone loads {more} more than it gets beside node 1")
     return "\n".join(parts) + "\n"
 
 
@@ -140,9 +141,11 @@ def main() -> None:
     parser.add_argument("--workers", default="0,1,2,4")
     parser.add_argument("--trial-seconds", type=float, default=3.0)
     parser.add_argument("--only-single", action="store_true", help="run the one-node sweep only")
+    parser.add_argument("--keep", type=Path, help="keep the JSON results and each node's output in this folder")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ltnodes") as tmp:
-        folder = Path(tmp)
+        folder = args.keep or Path(tmp)
+        folder.mkdir(parents=True, exist_ok=True)
         make_shards(folder / "store", args.files, args.file_kb * 1024)
         with capped_server(folder / "store", args.mb_per_s * 1e6) as url:
             print(f"store: {args.files} × {args.file_kb} KiB at {url}, {args.mb_per_s:g} MB/s shared", file=sys.stderr)

@@ -74,6 +74,13 @@ def test_one_node_shows_no_node_column_and_no_pacing() -> None:
     assert "per node" not in out.getvalue() and "Nodes:" not in out.getvalue()
 
 
+def test_another_nodes_own_result_reads_as_one_node() -> None:
+    """Node 1's own result lists the nodes but its trials are its own (not merged): no per-node column or footnote."""
+    result = dataclasses.replace(ONE_NODE, nodes=NODES)
+    report = build_report(result)
+    assert not report.many_nodes and "nodes" not in report.columns and "Many nodes" not in report.footnote
+
+
 def test_headless_prints_the_node_table_and_the_pacing_line() -> None:
     result = two_nodes()
     report = build_report(result)
@@ -150,4 +157,4 @@ def test_the_benchmark_reads_the_result_json_contract() -> None:
     trial = next(t for t in many["trials"] if t["config"]["num_workers"] == 2 and t["status"] == "ok")
     a, b = trial["node_samples_per_s"]
     assert f"| {a:.0f} | {b:.0f} | {trial['samples_per_s']:.0f} | node 1 (host-b) rank 0 |" in w2
-    assert "two nodes recommend 2 workers" in text and "node 0 loads" in text
+    assert "two nodes recommend 2 workers" in text and "node 0 alone loads" in text

@@ -179,14 +179,15 @@ def node_cells(row: NodeRow) -> dict[str, str]:
 class Report:
     rows: tuple[ReportRow, ...]
     compared: bool  # built against a previous result: the "change" column means something
-    nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes (the "per node" column shows with them)
+    nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes
     node_columns: tuple[str, ...] = tuple(key for key, _ in NODE_COLUMNS)
     node_headers: dict[str, str] = field(default_factory=lambda: dict(NODE_HEADERS))
     footnote: str = FOOTNOTE
 
     @property
     def many_nodes(self) -> bool:
-        return bool(self.nodes) or any(row.nodes for row in self.rows)
+        """Rows merged from several nodes (node 0's view); another node's own result lists nodes but is one node's."""
+        return any(row.nodes for row in self.rows)
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -257,7 +258,7 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
                 pacing=pacing(runs[-1], result.nodes),
             )
         )
-    many = bool(result.nodes) or any(row.nodes for row in rows)
+    many = any(row.nodes for row in rows)
     footnote = f"{FOOTNOTE} {NODES_FOOTNOTE}" if many else FOOTNOTE
     return Report(tuple(rows), compared=previous is not None, nodes=result.nodes, footnote=footnote)
 
