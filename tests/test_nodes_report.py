@@ -160,3 +160,17 @@ def test_the_benchmark_reads_the_result_json_contract() -> None:
     a, b = trial["node_samples_per_s"]
     assert f"| {a:.0f} | {b:.0f} | {trial['samples_per_s']:.0f} | node 1 (host-b) rank 0 |" in w2
     assert "two nodes recommend 2 workers" in text and "node 0 alone loads" in text
+
+
+def test_a_gap_inside_the_trials_spread_is_not_a_slow_node() -> None:
+    from loadertop.core.engine.nodes_report import pacing
+
+    t = ONE_NODE.trials[2]
+    close = dataclasses.replace(t, samples_per_s=(t.samples_per_s or 0.0) * 0.96)
+    merged = merge_nodes([dataclasses.replace(t, spread=0.05), close], NODES)
+    text = pacing(merged, NODES)
+    assert text.startswith("the nodes load alike (within 5%); the slowest rank is node 1 (host-b) rank 0; ")
+    assert "in lockstep the job gets 2 ranks × " in text
+    tight = merge_nodes([dataclasses.replace(t, spread=0.01), dataclasses.replace(close, spread=0.01)], NODES)
+    assert pacing(tight, NODES).startswith("node 1 (host-b) paces the job: its ranks load 4% slower than node 0's")
+    assert pacing(t) == ""  # one node

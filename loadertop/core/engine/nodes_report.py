@@ -12,7 +12,7 @@ from loadertop.core.engine.wording import pct
 from loadertop.core.model.nodes import NodeInfo, NodeTrial
 from loadertop.core.model.results import TrialResult
 
-EVEN = 0.02  # per-rank rates within this of the fastest node's: the nodes load evenly (below a trial's noise)
+EVEN = 0.02  # per-rank rates within this (or the trial's spread, if wider) of the fastest node's: the nodes load alike
 
 # (key, header) of the per-node table, in order
 NODE_COLUMNS = (
@@ -92,10 +92,13 @@ def pacing(trial: TrialResult, nodes: Sequence[NodeInfo] = ()) -> str:
         f"in lockstep the job gets {len(trial.rank_samples_per_s)} ranks × {slowest:.0f} = "
         f"{trial.samples_per_s:.0f} samples/s, {pct(cost)} below the {summed:.0f} its nodes load together"
     )
-    slow = next(r for r in rows if r.paces)
+    slow = next((r for r in rows if r.paces), None)
+    if slow is None:
+        return ""
     fast = min(rows, key=lambda r: r.behind if r.behind is not None else 1.0)
-    if slow.behind is None or slow.behind < EVEN:
-        return f"the nodes load evenly (within {pct(EVEN)}); the slowest rank is {trial.slowest_rank}; {lockstep}"
+    even = max(EVEN, trial.spread or 0.0)  # a gap inside the trial's own spread is noise, not a slow node
+    if slow.behind is None or slow.behind < even:
+        return f"the nodes load alike (within {pct(even)}); the slowest rank is {trial.slowest_rank}; {lockstep}"
     hostname = slow.hostname or _host_in(trial.slowest_rank, slow.node_rank)  # the merge named it: no `nodes` needed
     host = f" ({hostname})" if hostname else ""
     return (
