@@ -139,3 +139,20 @@ async def test_one_node_shows_no_nodes_pane() -> None:
         await pilot.pause()
         pane = app.query_one(NodesPane)
         assert not pane.has_class("-shown") and pane.region.height == 0
+
+
+@sync
+async def test_at_80x24_the_table_keeps_its_rows_on_screen() -> None:
+    """The nodes pane takes room from the results table on a short terminal, never pushes it under the footer."""
+    app, sweeps = app_for(two_nodes())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: bool(sweeps))
+        sweeps[0].finish.set()
+        await wait_until(pilot, lambda: app.state.phase == "finished")
+        app.flush(everything=True)
+        await pilot.pause()
+        pane, table = app.query_one(NodesPane), app.table
+        assert pane.region.height >= 3  # its header and both nodes
+        assert table.region.height >= 3
+        assert table.region.bottom <= 24 - 1  # the footer's line stays the footer's
+        assert pane.region.bottom <= table.region.y
