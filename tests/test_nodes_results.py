@@ -34,7 +34,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def agent(rank: int, port: int, url: str, folder: Path) -> subprocess.Popen[str]:
+def agent(rank: int, port: int, url: str, folder: Path, jobs: str) -> subprocess.Popen[str]:
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
     torchrun += ["--node-rank", str(rank), "--master-addr", "127.0.0.1", "--master-port", str(port)]
     args = ["--headless", "--json", str(folder / f"node{rank}.json"), "--search", "grid", "--workers", "0,2"]
@@ -42,7 +42,6 @@ def agent(rank: int, port: int, url: str, folder: Path) -> subprocess.Popen[str]
     args += ["--dataset-arg", f"url={url}", "--dataset-arg", "samples=100000", "--batch-size", "4"]
     args += ["--step-ms", "0", "--no-transport", "--mem-floor", "0", "--out", str(folder / "runs")]
     args += ["--join-timeout", "60"]
-    jobs = tempfile.mkdtemp(prefix="lt", dir="/tmp")  # a short folder: Unix socket paths are limited
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOADERTOP_JOBS_DIR": jobs}
     return subprocess.Popen(
         [*torchrun, "-m", "loadertop", *args],
@@ -56,9 +55,10 @@ def agent(rank: int, port: int, url: str, folder: Path) -> subprocess.Popen[str]
 
 def test_two_nodes_on_one_capped_store(tmp_path: Path) -> None:
     make_shards(tmp_path / "store", 16, FILE)
-    with capped_server(tmp_path / "store", RATE) as url:
+    # a short jobs folder: Unix socket paths are limited to 107 bytes
+    with capped_server(tmp_path / "store", RATE) as url, tempfile.TemporaryDirectory(prefix="lt", dir="/tmp") as jobs:
         port = free_port()
-        procs = [agent(rank, port, url, tmp_path) for rank in (0, 1)]
+        procs = [agent(rank, port, url, tmp_path, jobs) for rank in (0, 1)]
         try:
             outs = [p.communicate(timeout=150) for p in procs]
         finally:
