@@ -116,9 +116,11 @@ class Model:
         config: TrialConfig,
         rng: random.Random,
         decide: tuple[float | None, float | None] = (None, None),
+        warm: bool = False,
     ) -> tuple[TrialResult, float]:
         """One simulated trial and its wall time; advances the clock. `decide`: the planner's (below, above) edges:
-        the trial stops after DECIDE_BLOCKS blocks when they all lie beyond one (blocks within ± half the spread)."""
+        the trial stops after DECIDE_BLOCKS blocks when they all lie beyond one (blocks within ± half the spread).
+        `warm`: a finalist's repeat on the workers parked after its last run (trial/parked.py): no start-up."""
         n = config.num_workers
         if not self.feasible(n):
             self.clock_s += SKIPPED_S
@@ -131,7 +133,8 @@ class Model:
         low, high = x * (1.0 - spread / 2), x * (1.0 + spread / 2)
         decided = (above is not None and low > above) or (below is not None and high < below)
         stable = spread <= TARGET_SPREAD and not decided
-        cost = self.startup_s(n) + (DECIDED_S if decided else SETTLED_S if stable else BUDGET_S)
+        startup = 0.0 if warm else self.startup_s(n)
+        cost = startup + (DECIDED_S if decided else SETTLED_S if stable else BUDGET_S)
         self.clock_s += cost
         cpu = 95.0 * min(n or 1, self.cpus) if self.family in ("cpu-bound", "retrograde") else 5.0 * n + 20.0
         result = TrialResult(

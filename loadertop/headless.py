@@ -48,7 +48,8 @@ def trial_line(trial: TrialResult, total: int) -> str:
         f"stall {pct(trial.stall_fraction):>4}  first batch {num(trial.first_batch_s, 2, ' s')}  "
         f"({trial.blocks} {'block' if trial.blocks == 1 else 'blocks'}"
         f"{f' of {trial.epoch_batches}-batch epochs' if trial.epoch_batches else ''}"
-        f"{'' if trial.stable else ', decided early' if trial.decided else ', not stable'})"
+        f"{'' if trial.stable else ', decided early' if trial.decided else ', not stable'}"
+        f"{', on the workers of its first run' if trial.warm else ''})"
         f"{per_node(trial)}"
     )
 

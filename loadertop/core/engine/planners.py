@@ -32,6 +32,11 @@ class Planner(Protocol):
         early, its decision made (TrialRequest.decide_below/above); (None, None) when it must run its course."""
         ...
 
+    def keep(self) -> bool:
+        """Whether the configuration `next` just gave will be measured again soon (a finalist): its trial then
+        keeps its workers, idle, for that run (TrialRequest.park)."""
+        ...
+
 
 class GridPlanner:
     """Every configuration of the sweep space, in order: the exhaustive baseline."""
@@ -59,6 +64,9 @@ class GridPlanner:
 
     def decision(self) -> tuple[float | None, float | None]:
         return None, None  # every grid point is a reference: measured to the end
+
+    def keep(self) -> bool:
+        return False
 
 
 class RowRerun(GridPlanner):

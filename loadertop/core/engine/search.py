@@ -76,6 +76,7 @@ class AdaptivePlanner:
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
         self._decision: tuple[float | None, float | None] = (None, None)
         self._fits: int | None = None  # the most workers the memory budget allows, once a rung has told
+        self._keep = False  # in the finalists' head-to-head: their trials keep their workers between runs
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
             self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
@@ -112,6 +113,9 @@ class AdaptivePlanner:
 
     def decision(self) -> tuple[float | None, float | None]:
         return self._decision
+
+    def keep(self) -> bool:
+        return self._keep
 
     # -- the plan, as one generator: each `yield` is a trial; `self._done` has its result when it resumes --------
 
@@ -383,6 +387,7 @@ class AdaptivePlanner:
         share = max(MIN_REPEATS, len(fits) // REPEAT_SHARE)
         grid = len(self.space) - sum(1 for c in self.space if c.num_workers not in fits)
         budget = min(MAX_REPEATS, share, grid - len(self._done) - 1)
+        self._keep = True
         yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Measuring, Started, TrialNotice, Workers
+from loadertop.core.model.protocol import Block, Emit, Finished, Measuring
 from loadertop.core.trial.loader import EpochControl
 from loadertop.core.trial.shard_counts import idle_warning, set_epoch_warning, shard_count, shard_warning
 from loadertop.core.trial.sharding import ShardCheck, batch_rows
@@ -166,6 +166,7 @@ class MeasuredLoop:
         self.on_new_workers: Callable[[list[int]], None] | None = None
         self.skip = warmup_batches(config, settings.skip_warmup)
         self.decide: tuple[float | None, float | None] = (None, None)  # (below, above): see TrialRequest
+        self.boundary_s: float | None = None  # the epoch boundary measured after the first run
         self.batches = 0  # handed out so far, every epoch
         self.warnings = _before(getattr(loader, "dataset", None), config, settings)  # the trial's warnings, in order
 
@@ -178,6 +179,16 @@ class MeasuredLoop:
 
     def worker_pids(self) -> list[int]:
         return _worker_pids(self.it)
+
+    def again(self) -> None:
+        """Ready for another run on the same workers: the clock restarts as if after the start-up (not paid again),
+        and one batch is taken as the first one was, so warm_up skips a whole buffer."""
+        now = time.perf_counter()
+        self.started = now - self.first_batch_s
+        self.deadline = now + self.settings.trial_seconds
+        batch = self.next_batch()[0]
+        self._seen(batch)
+        self.consumer(batch)
 
     def first_batch(self) -> float:
         assert self.it is not None
@@ -383,32 +394,6 @@ class MeasuredLoop:
         self.it = iter(self.loader)
         next(self.it)
         return time.perf_counter() - last
-
-
-def measure(
-    loader: Any,
-    config: TrialConfig,
-    settings: Settings,
-    consumer: Callable[[Any], None],
-    emit: Emit,
-    control: EpochControl | None = None,
-    check_shards: bool = False,
-    decide: tuple[float | None, float | None] = (None, None),
-) -> None:
-    """One trial of one process: every step of the MeasuredLoop, reported through `emit`."""
-    loop = MeasuredLoop(loader, config, settings, consumer, control, check_shards)
-    loop.decide = decide
-    loop.on_new_workers = lambda pids: emit(Workers(tuple(pids)))
-    emit(Workers(tuple(loop.start())))
-    first = loop.first_batch()
-    emit(Started(tuple(loop.worker_pids()), first, loop.batch_mb))
-    for warning in loop.warm_up():
-        emit(TrialNotice(warning))
-    emit(loop.blocks(emit))
-    # After Finished: the window is closed, so the restart's CPU burst and new workers stay out of the trial's CPU
-    # and memory figures. New workers are in the trial's process group all the same.
-    loop.on_new_workers = None
-    emit(Epoch(loop.epoch_boundary()))
 
 
 def _before(dataset: Any, config: TrialConfig, settings: Settings) -> list[str]:
