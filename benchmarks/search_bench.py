@@ -1,27 +1,36 @@
-"""The adaptive search against the exhaustive grid and the rules of thumb, on four workloads, on this machine.
+"""The adaptive search against the exhaustive grid and the rules of thumb, on five workloads, on this machine.
 
-    python benchmarks/search_bench.py [--only io,cpu,consumer,images] [--max-workers 32] [--trial-seconds 5]
-                                      [--out benchmarks/RESULTS.md] [--json benchmarks/search_results.json]
+    python benchmarks/search_bench.py [--only io,cpu,consumer,images,contended] [--max-workers 32]
+                                      [--trial-seconds 5] [--out benchmarks/RESULTS.md]
+                                      [--json benchmarks/search_results.json] [--grid-from JSON] [--report-only JSON]
 
 For each workload, in one process, one after the other: the adaptive search (`--search adaptive` over 0..max
-workers), the exhaustive grid (every worker count 0..max), and the article's plain loop (below). Then:
+workers), the exhaustive grid (every worker count 0..max, one trial each), the article's plain loop (below), and
+the reference step (search_reference.py): the grid's 5 fastest worker counts, the adaptive pick and the grid's
+band-rule pick measured REFERENCE_RUNS - 1 more times each, interleaved in one sweep (A B C ... A B C ...), so
+that each has REFERENCE_RUNS runs with its grid run. One grid trial per count is noisy (10-15% run to run on a
+small VM), and the best of 33 noisy numbers is biased upwards; the mean of repeats is not. Then:
 
-  accuracy = grid throughput at the adaptive search's choice ÷ best grid throughput   (target ≥ 0.95)
-  cost     = adaptive wall time ÷ grid wall time                                       (target ≤ 0.35)
+  accuracy = reference mean at the adaptive pick ÷ the best reference mean         (target ≥ 0.95 on each)
+  cost     = adaptive wall time ÷ grid wall time (the reference step not counted)  (target ≤ 0.35 on each)
 
-and the same accuracy for the rules of thumb, read off the same grid: num_workers = usable CPUs, Lightning's
-"CPUs − 1", min(16, 0.75 × cores ÷ GPUs) (no GPU counts as one), and the plain loop's pick. The plain loop is run
-for real, as the article does it: for num_workers in 1..max, a fresh DataLoader, two epochs of a fixed number of
-batches timed from iter() (first epoch, start-up and prefetch buffer included), `pass` for a training step, and the
-fastest wins. It runs in its own process so the driver process never imports torch.
+The literal accuracy (one grid trial at the pick ÷ the best settled grid trial) is kept beside it, and read off
+the same grid, the rules of thumb: num_workers = usable CPUs, Lightning's "CPUs − 1", min(16, 0.75 × cores ÷ GPUs)
+(no GPU counts as one), and the plain loop's pick. The plain loop is run for real, as the article does it: for
+num_workers in 1..max, a fresh DataLoader, two epochs of a fixed number of batches timed from iter() (first epoch,
+start-up and prefetch buffer included), `pass` for a training step, and the fastest wins. It runs in its own
+process so the driver process never imports torch.
 
-One grid measurement per worker count is noisy (±5-10% run to run on a small VM), and the best of 33 noisy
-numbers is biased upwards, so the literal accuracy above charges the search for the grid's luckiest trial. When
-the adaptive pick and the grid's best differ, a head-to-head follows: both configurations measured alternately,
-HEAD_TO_HEAD_ROUNDS times each, in one sweep; its ratio of means is reported beside the literal one, never
-instead of it.
+The report also shows each adaptive recommendation's equivalence set (the worker counts within noise of the best)
+and whether it is a close call, the configurations the search measured more than once (its head-to-head repeats),
+and how many of its trials stopped early with their decision made.
 
-Not part of CI's pytest run: it takes 20-30 minutes on a 2-core machine.
+`--grid-from JSON` reuses a saved run's grids and plain loops (same machine, same workloads) and measures the
+adaptive search and the reference step again; `--report-only JSON` rewrites the report from a saved JSON.
+
+Not part of CI's pytest run: at --trial-seconds 15 (as in RESULTS.md) it takes about 75-90 minutes on a 2-core
+machine (the four older workloads took 58 minutes with a smaller head-to-head step), mostly the grids (4-11 minutes
+each) and the reference steps (up to 14 trials each, 1-3 minutes).
 """
 
 from __future__ import annotations
@@ -32,7 +41,6 @@ import json
 import math
 import os
 import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,6 +48,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from search_reference import (
+    REFERENCE_RUNS,
+    candidates,
+    decided_count,
+    fmt,
+    head_to_head,
+    reference_lines,
+    summarise,
+    summary_lines,
+)
 
 from loadertop.core.engine.analysis import analyze
 from loadertop.core.engine.band import BAND_CAP
@@ -55,7 +76,6 @@ HERE = Path(__file__).resolve().parent
 NAIVE_BATCHES_PER_EPOCH = 20
 LADDER = (0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # a coarse grid someone might run instead of every count
 SETTLED_BLOCKS = 3  # a grid trial counts as the reference only if it measured this many blocks
-HEAD_TO_HEAD_ROUNDS = 3  # alternating runs of the adaptive pick and the grid's best, when they differ
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,15 @@ WORKLOADS = (
         32,
         0.0,
         "JPEG decode (500×375), resize the shorter side to 256, centre crop 224, to a uint8 tensor",
+    ),
+    Workload(
+        "contended",
+        "contended, big-machine curve (USL)",
+        "synthetic:cpu_ms=0,io_ms=10,kb=1,contention=0.02,coherency=0.00245",
+        8,
+        0.0,
+        "each sample sleeps 10 ms, longer as more workers run (USL σ=0.02, κ=0.00245): the curve of a big machine's "
+        "shared disk or lock, peaking near 20 workers and falling after it, made with almost no CPU on 2 cores",
     ),
 )
 
@@ -173,32 +202,13 @@ def _naive_main(spec: str, batch_size: int, max_workers: int) -> None:
     print(json.dumps({"seconds": seconds, "pick": pick, "samples": 2 * n}))
 
 
-def head_to_head(settings: Settings, adaptive: Timed, grid: Timed, out_dir: Path) -> dict[str, Any] | None:
-    """The adaptive pick against the grid's best settled configuration, run alternately in one sweep: the
-    comparison the literal accuracy approximates with one noisy grid trial each. None when they agree."""
-    rec = adaptive.result.recommendation
-    settled = per_workers(grid.result, settled=True) or per_workers(grid.result)
-    best_n = max(settled, key=lambda n: (settled[n], -n))
-    if rec is None or rec.config.num_workers == best_n:
-        return None
-    by_n = {t.config.num_workers: t.config for t in grid.result.trials}
-    pick, best = rec.config, by_n[best_n]
-    timed = run_sweep(settings, out_dir, only=[pick, best] * HEAD_TO_HEAD_ROUNDS)
-    runs: dict[str, list[float]] = {"pick": [], "best": []}
-    for t in timed.result.trials:
-        if t.status == "ok" and t.samples_per_s is not None:
-            runs["pick" if t.config == pick else "best"].append(float(t.samples_per_s))
-    if not runs["pick"] or not runs["best"]:
-        return None
-    return {
-        "pick_n": pick.num_workers,
-        "best_n": best_n,
-        "pick": runs["pick"],
-        "best": runs["best"],
-        "accuracy": statistics.mean(runs["pick"]) / statistics.mean(runs["best"]),
-        "wall_s": timed.wall_s,
-        "load": timed.load,
-    }
+def reference_step(settings: Settings, adaptive: Timed, grid: Timed, out_dir: Path) -> dict[str, Any]:
+    """The candidates (search_reference.candidates) measured REFERENCE_RUNS - 1 more times, interleaved in one grid
+    sweep; the reference summarised from these runs and each candidate's grid run. Its wall is not the grid's."""
+    configs = candidates(adaptive.result, grid.result)
+    timed = run_sweep(settings, out_dir, only=configs * (REFERENCE_RUNS - 1))
+    ref = summarise(configs, grid.result, timed.result, adaptive.result)
+    return {**ref, "wall_s": timed.wall_s, "load": list(timed.load)}
 
 
 def make_jpegs(folder: Path, count: int) -> None:
@@ -263,64 +273,74 @@ def replay(grid: Timed) -> dict[str, Any]:
     }
 
 
-def score(workload: Workload, adaptive: Timed, grid: Timed, naive: dict[str, Any], cpus: int, gpus: int) -> dict:
+def score(
+    workload: Workload, adaptive: Timed, grid: Timed, naive: dict[str, Any], ref: dict[str, Any], cpus: int, gpus: int
+) -> dict:
+    """The headline accuracy against the reference with repeats, the literal one against one grid trial per count
+    (the rules of thumb too), the cost, and what the report shows of the search's decisions."""
     curve = per_workers(grid.result)
-    # The reference is the best *settled* grid trial: one that measured a few blocks. A trial the deadline ended
-    # after one block has no spread, and that block can catch a round-robin burst of the workers (seen: 1275/s at
-    # 30 workers on a pipeline whose settled trials top out near 500/s).
+    # The literal reference is the best *settled* grid trial: one that measured a few blocks. A trial the deadline
+    # ended after one block has no spread, and that block can catch a round-robin burst of the workers (seen:
+    # 1275/s at 30 workers on a pipeline whose settled trials top out near 500/s).
     settled = per_workers(grid.result, settled=True) or curve
     best_n = max(settled, key=lambda n: (settled[n], -n))
-    best = settled[best_n]
     raw_n = max(curve, key=lambda n: (curve[n], -n))
 
     def acc(n: int | None) -> float | None:
         if n is None:
             return None
         nearest = min(curve, key=lambda m: abs(m - n))  # every count is on the grid; this only guards a failure
-        return curve[nearest] / best
+        return curve[nearest] / settled[best_n]
 
-    rec = adaptive.result.recommendation
-    grid_rec = grid.result.recommendation
+    rec, grid_rec = adaptive.result.recommendation, grid.result.recommendation
     rules = {
         "usable CPUs": cpus,
         "CPUs − 1": max(cpus - 1, 0),
         "min(16, 0.75×cores÷GPUs)": min(16, int(0.75 * cpus / max(gpus, 1))),
         "plain loop": int(naive["pick"]),
     }
-    # What an 11-point ladder grid would have cost: its trials' share of the grid's time, plus the fixed part.
-    fixed = grid.wall_s - sum(grid.trial_s)
-    ladder_s = fixed + sum(
-        sec for t, sec in zip(grid.result.trials, grid.trial_s, strict=False) if t.config.num_workers in LADDER
-    )
     return {
         "workload": workload.key,
+        "ref_best_n": ref["best_n"],
+        "ref_best": ref["best"],
         "best_n": best_n,
-        "best": best,
+        "best": settled[best_n],
         "raw_best_n": raw_n,
         "raw_best": curve[raw_n],
         "unsettled": sorted(set(curve) - set(settled)),
         "adaptive_n": rec.config.num_workers if rec else None,
-        "adaptive_accuracy": acc(rec.config.num_workers if rec else None),
+        "adaptive_accuracy": ref["accuracy"],
+        "literal_accuracy": acc(rec.config.num_workers if rec else None),
         "grid_n": grid_rec.config.num_workers if grid_rec else None,
-        "grid_accuracy": acc(grid_rec.config.num_workers if grid_rec else None),
+        "grid_accuracy": ref["grid_accuracy"],
+        "grid_literal_accuracy": acc(grid_rec.config.num_workers if grid_rec else None),
+        "equivalent": sorted({c.num_workers for c in rec.equivalent}) if rec else [],
+        "close": bool(rec and rec.close),
+        "repeats": [[c.num_workers, runs] for c, runs in head_to_head(adaptive.result)],
+        "decided": decided_count(adaptive.result),
         "adaptive_trials": len(adaptive.result.trials),
         "grid_trials": len(grid.result.trials),
         "adaptive_wall_s": adaptive.wall_s,
         "grid_wall_s": grid.wall_s,
+        "reference_wall_s": ref["wall_s"],
         "cost": adaptive.wall_s / grid.wall_s,
-        "cost_vs_ladder": adaptive.wall_s / ladder_s,
+        "cost_vs_ladder": adaptive.wall_s / ladder_s(grid),
         "rules": {name: {"n": n, "accuracy": acc(n)} for name, n in rules.items()},
         "naive_wall_s": naive["wall_s"],
         "replay": replay(grid),
     }
 
 
+def ladder_s(grid: Timed) -> float:
+    """What an 11-point ladder grid would have cost: its trials' share of the grid's time, plus the fixed part."""
+    fixed = grid.wall_s - sum(grid.trial_s)
+    return fixed + sum(
+        sec for t, sec in zip(grid.result.trials, grid.trial_s, strict=False) if t.config.num_workers in LADDER
+    )
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Report
-
-
-def fmt(x: float | None, spec: str = ".2f") -> str:
-    return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
 def report(facts: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Namespace) -> str:
@@ -342,46 +362,45 @@ def report(facts: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Nam
         "- the 1-minute load average at the start and end of each phase is listed per workload below (a load above "
         "the usable CPUs means something else was competing for them)",
         "",
-        "## Summary",
+        *summary_lines(runs, SETTLED_BLOCKS),
+        *rules_lines(runs),
+        *replay_lines(runs),
+    ]
+    for run in runs:
+        lines += workload_section(run)
+    return "\n".join(lines) + "\n"
+
+
+def rules_lines(runs: list[dict[str, Any]]) -> list[str]:
+    names = list(runs[0]["score"]["rules"]) if runs else []
+    lines = [
+        "### The rules of thumb, on the grid's single trials",
         "",
-        "accuracy = grid samples/s at the chosen worker count ÷ the best settled grid samples/s (target ≥ 0.95; "
-        f"settled: at least {SETTLED_BLOCKS} blocks and a spread within 15%, the widest band loadertop accepts; "
-        "the raw best is listed per workload); "
-        "cost = adaptive wall ÷ grid wall, whole sweeps (runner start, ceiling, every trial) (target ≤ 0.35).",
+        "A cell reads `workers → literal accuracy` (one grid trial at that count ÷ the best settled grid trial); "
+        "the adaptive search's and the grid's own literal accuracy beside them.",
         "",
-        f"head-to-head = the adaptive pick ÷ the grid's best, each measured {HEAD_TO_HEAD_ROUNDS} times alternately "
-        "in one sweep (ratio of means), when the two differ.",
-        "",
-        "| workload | best on grid | grid's band rule | adaptive picks | adaptive accuracy | head-to-head "
-        "| trials (adaptive/grid) | wall s (adaptive/grid) | cost | usable CPUs | CPUs − 1 | min(16, 0.75×cores÷GPUs) "
-        "| plain loop |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| workload | best settled on grid | adaptive (literal) | grid's band rule (literal) | "
+        + " | ".join(names)
+        + " |",
+        "|---|---|---|---|" + "---|" * len(names),
     ]
     for run in runs:
         s = run["score"]
-        rule_cells = [f"{r['n']} → {fmt(r['accuracy'])}" for r in s["rules"].values()]
+        cells = [f"{r['n']} → {fmt(r['accuracy'])}" for r in s["rules"].values()]
         lines.append(
-            f"| {run['title']} | {s['best_n']} ({s['best']:.0f}/s) | {s['grid_n']} → {fmt(s['grid_accuracy'])} "
-            f"| {s['adaptive_n']} | **{fmt(s['adaptive_accuracy'])}** | {h2h_cell(run.get('head_to_head'))} "
-            f"| {s['adaptive_trials']}/{s['grid_trials']} "
-            f"| {s['adaptive_wall_s']:.0f}/{s['grid_wall_s']:.0f} | **{s['cost']:.2f}** | "
-            + " | ".join(rule_cells)
-            + " |"
+            f"| {run['title']} | {s['best_n']} ({s['best']:.0f}/s) | {s['adaptive_n']} → {fmt(s['literal_accuracy'])} "
+            f"| {s['grid_n']} → {fmt(s['grid_literal_accuracy'])} | " + " | ".join(cells) + " |"
         )
-    accs = [r["score"]["adaptive_accuracy"] for r in runs if r["score"]["adaptive_accuracy"] is not None]
-    costs = [r["score"]["cost"] for r in runs]
-    total_a = sum(r["score"]["adaptive_wall_s"] for r in runs)
-    total_g = sum(r["score"]["grid_wall_s"] for r in runs)
-    lines += [
-        "",
-        f"Worst accuracy {min(accs):.2f}, mean {statistics.mean(accs):.2f}; worst cost {max(costs):.2f}, "
-        f"all four together {total_a:.0f} s / {total_g:.0f} s = {total_a / total_g:.2f}. "
-        "A rule-of-thumb cell reads `workers → accuracy`.",
-        "",
+    return [*lines, ""]
+
+
+def replay_lines(runs: list[dict[str, Any]]) -> list[str]:
+    lines = [
         "### The search logic on the grid's own numbers (replay)",
         "",
         "The same planner, fed the grid's measurement for each configuration it asks for, each trial costed at its "
-        "measured grid time. It takes run-to-run noise out: it shows what the search decides from the grid's curve.",
+        "measured grid time. It takes run-to-run noise out: it shows what the search decides from the grid's curve "
+        "(accuracy here is literal: against the best settled grid trial).",
         "",
         "| workload | replay picks | replay accuracy | replay trials | replay cost | workers it measured |",
         "|---|---|---|---|---|---|",
@@ -392,25 +411,7 @@ def report(facts: dict[str, Any], runs: list[dict[str, Any]], args: argparse.Nam
             f"| {run['title']} | {r['n']} | **{fmt(r['accuracy'])}** | {r['trials']}/{run['score']['grid_trials']} "
             f"| **{r['cost']:.2f}** | {', '.join(map(str, r['workers']))} |"
         )
-    lines.append("")
-    for run in runs:
-        lines += workload_section(run)
-    return "\n".join(lines) + "\n"
-
-
-def h2h_cell(h: dict[str, Any] | None) -> str:
-    return "same pick" if h is None else f"{h['pick_n']} vs {h['best_n']}: **{h['accuracy']:.2f}**"
-
-
-def h2h_line(h: dict[str, Any] | None) -> list[str]:
-    if h is None:
-        return []
-    runs = ", ".join(f"{x:.0f}" for x in h["pick"]), ", ".join(f"{x:.0f}" for x in h["best"])
-    return [
-        f"- head-to-head: {h['pick_n']} workers ({runs[0]} samples/s) against {h['best_n']} workers ({runs[1]}), "
-        f"alternating, in {h['wall_s']:.0f} s (load {h['load'][0]:.1f}→{h['load'][1]:.1f}): ratio of means "
-        f"{h['accuracy']:.2f}"
-    ]
+    return [*lines, ""]
 
 
 def workload_section(run: dict[str, Any]) -> list[str]:
@@ -427,7 +428,7 @@ def workload_section(run: dict[str, Any]) -> list[str]:
         f"grid {run['grid'].load[0]:.1f}→{run['grid'].load[1]:.1f}, plain loop {naive['load'][0]:.1f}→"
         f"{naive['load'][1]:.1f}",
         f"- ceiling: {ceiling_text(a)}",
-        f"- grid reference: best settled {run['score']['best_n']} workers ({run['score']['best']:.0f}/s); raw best "
+        f"- grid single trials: best settled {run['score']['best_n']} workers ({run['score']['best']:.0f}/s); raw best "
         f"{run['score']['raw_best_n']} workers ({run['score']['raw_best']:.0f}/s); unsettled grid trials (under "
         f"{SETTLED_BLOCKS} blocks or spread over 15%): {', '.join(map(str, run['score']['unsettled'])) or 'none'}",
         f"- adaptive: recommends {a.recommendation.config.label() if a.recommendation else '–'}: "
@@ -438,7 +439,6 @@ def workload_section(run: dict[str, Any]) -> list[str]:
         f"{g.recommendation.reason if g.recommendation else 'no recommendation'}",
         f"- grid knee ({g.knee.rule if g.knee else '–'}): {g.knee.reason if g.knee else '–'}" + knee_rules(g),
         f"- grid USL: {g.usl.note if g.usl else 'no fit'}",
-        *h2h_line(run.get("head_to_head")),
         f"- cost against a coarse grid ({', '.join(map(str, LADDER))}; its trials' times taken from the full grid): "
         f"{run['score']['cost_vs_ladder']:.2f}",
         f"- plain loop: picks {naive['pick']} workers in {naive['wall_s']:.0f} s (2 epochs of "
@@ -446,19 +446,13 @@ def workload_section(run: dict[str, Any]) -> list[str]:
         + ", ".join(f"{w}: {sec:.2f} s" for w, sec in sorted(naive["seconds"].items(), key=lambda kv: kv[1])[:3])
         + ")",
         "",
+        *reference_lines(run),
         "Adaptive search trace:",
         "",
     ]
     out += [f"{i + 1}. `{step.phase}` {step.message}" for i, step in enumerate(a.search_trace)]
-    out += [
-        "",
-        "Adaptive trials:",
-        "",
-        "| # | workers | samples/s | ± | CPU % | stall | s | reason |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    out += trial_rows(a, run["adaptive"].trial_s)
     header = ["| # | workers | samples/s | ± | CPU % | stall | s | reason |", "|---|---|---|---|---|---|---|---|"]
+    out += ["", "Adaptive trials:", "", *header, *trial_rows(a, run["adaptive"].trial_s)]
     out += ["", "<details><summary>Grid trials</summary>", "", *header]
     out += trial_rows(g, run["grid"].trial_s)
     out += ["", "</details>", ""]
@@ -489,7 +483,7 @@ def trial_rows(result: SweepResult, seconds: list[float]) -> list[str]:
             f"| {t.index} | {t.config.num_workers} | {fmt(t.samples_per_s, '.0f')} | "
             f"{fmt(None if t.spread is None else 100 * t.spread, '.1f')}% | {fmt(t.cpu_percent, '.0f')} | "
             f"{fmt(None if t.stall_fraction is None else 100 * t.stall_fraction, '.0f')}% | {fmt(sec, '.1f')} | "
-            f"{t.reason or t.error or ''} |"
+            f"{t.reason or t.error or ''}{' (stopped early: decided)' if t.decided else ''} |"
         )
     return rows
 
@@ -502,7 +496,7 @@ def main() -> int:
         _naive_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", default="io,cpu,consumer,images", help="comma-separated workload keys")
+    p.add_argument("--only", default="io,cpu,consumer,images,contended", help="comma-separated workload keys")
     p.add_argument("--max-workers", type=int, default=32)
     p.add_argument("--trial-seconds", type=float, default=5.0)
     p.add_argument("--images", type=int, default=2000, help="JPEGs to generate for the image workload")
@@ -513,12 +507,18 @@ def main() -> int:
         "--grid-from",
         metavar="JSON",
         help="take each workload's grid and plain loop from a saved JSON (same machine, same workloads) and measure "
-        "only the adaptive search and the head-to-head: for re-checking a search change without 30 minutes of grid",
+        "only the adaptive search and the reference step (on the saved grid's candidates): for re-checking a search "
+        "change without an hour of grids",
     )
     args = p.parse_args()
     if args.report_only:
         return report_only(Path(args.report_only), args)
     keys = args.only.split(",")
+    unknown = sorted(set(keys) - {w.key for w in WORKLOADS})
+    if unknown:
+        known = ", ".join(w.key for w in WORKLOADS)
+        print(f"search_bench: unknown workload {', '.join(unknown)} (known: {known})", file=sys.stderr)
+        return 2
     gpu = GpuProbe()
     machine = machine_info(gpu)
     gpu.close()
@@ -527,52 +527,56 @@ def main() -> int:
     runs: list[dict[str, Any]] = []
     saved = saved_grids(Path(args.grid_from)) if args.grid_from else {}
     with tempfile.TemporaryDirectory(prefix="loadertop-bench-") as tmp:
-        images = Path(tmp) / "images"
         for w in WORKLOADS:
-            if w.key not in keys:
-                continue
-            if "{images}" in w.spec and not images.exists():
-                print(f"generating {args.images} JPEGs in {images}", flush=True)
-                make_jpegs(images, args.images)
-            spec = w.spec.format(images=images)
-            common = dict(
-                dataset=spec,
-                batch_sizes=(w.batch_size,),
-                step_ms=w.step_ms,
-                trial_seconds=args.trial_seconds,
-                start_methods=("fork",),
-                workers=tuple(range(args.max_workers + 1)),
-                interval=0.25,  # short trials still get CPU samples
-            )
-            print(f"== {w.title}: adaptive", flush=True)
-            adaptive = run_sweep(Settings(search="adaptive", **common), Path(tmp) / "runs")
-            if w.key in saved:
-                print(f"== {w.title}: grid and plain loop from {args.grid_from}", flush=True)
-                grid, naive = saved[w.key]
-            else:
-                print(f"== {w.title}: grid 0..{args.max_workers}", flush=True)
-                grid = run_sweep(Settings(search="grid", **common), Path(tmp) / "runs")
-                print(f"== {w.title}: plain loop 1..{args.max_workers}", flush=True)
-                naive = naive_loop(spec, w.batch_size, args.max_workers)
-            print(f"== {w.title}: head-to-head", flush=True)
-            h2h = head_to_head(Settings(search="grid", **common), adaptive, grid, Path(tmp) / "runs")
-            run = {
-                "title": w.title,
-                "spec": w.spec,
-                "batch_size": w.batch_size,
-                "step_ms": w.step_ms,
-                "why": w.why,
-                "adaptive": adaptive,
-                "grid": grid,
-                "naive": naive,
-                "head_to_head": h2h,
-                "score": score(w, adaptive, grid, naive, machine.usable_cpus, len(machine.gpus)),
-            }
-            print(json.dumps(run["score"], indent=1), flush=True)
-            runs.append(run)
-            save(runs, machine, started, t0, args)  # after every workload: a run cut short keeps what it measured
+            if w.key in keys:
+                runs.append(measure(w, args, Path(tmp), saved, machine))
+                save(runs, machine, started, t0, args)  # after every workload: a run cut short keeps what it measured
     print(f"wrote {args.out} and {args.json}", flush=True)
     return 0
+
+
+def measure(w: Workload, args: argparse.Namespace, tmp: Path, saved: dict[str, Any], machine: Any) -> dict[str, Any]:
+    """One workload: the adaptive search, the grid and plain loop (or the saved ones), the reference step."""
+    images = tmp / "images"
+    if "{images}" in w.spec and not images.exists():
+        print(f"generating {args.images} JPEGs in {images}", flush=True)
+        make_jpegs(images, args.images)
+    spec = w.spec.format(images=images)
+    common: dict[str, Any] = dict(
+        dataset=spec,
+        batch_sizes=(w.batch_size,),
+        step_ms=w.step_ms,
+        trial_seconds=args.trial_seconds,
+        start_methods=("fork",),
+        workers=tuple(range(args.max_workers + 1)),
+        interval=0.25,  # short trials still get CPU samples
+    )
+    print(f"== {w.title}: adaptive", flush=True)
+    adaptive = run_sweep(Settings(search="adaptive", **common), tmp / "runs")
+    if w.key in saved:
+        print(f"== {w.title}: grid and plain loop from {args.grid_from}", flush=True)
+        grid, naive = saved[w.key]
+    else:
+        print(f"== {w.title}: grid 0..{args.max_workers}", flush=True)
+        grid = run_sweep(Settings(search="grid", **common), tmp / "runs")
+        print(f"== {w.title}: plain loop 1..{args.max_workers}", flush=True)
+        naive = naive_loop(spec, w.batch_size, args.max_workers)
+    print(f"== {w.title}: reference ({REFERENCE_RUNS - 1} more runs of each candidate, interleaved)", flush=True)
+    ref = reference_step(Settings(search="grid", **common), adaptive, grid, tmp / "runs")
+    run = {
+        "title": w.title,
+        "spec": w.spec,
+        "batch_size": w.batch_size,
+        "step_ms": w.step_ms,
+        "why": w.why,
+        "adaptive": adaptive,
+        "grid": grid,
+        "naive": naive,
+        "reference": ref,
+        "score": score(w, adaptive, grid, naive, ref, machine.usable_cpus, len(machine.gpus)),
+    }
+    print(json.dumps(run["score"], indent=1), flush=True)
+    return run
 
 
 def save(runs: list[dict[str, Any]], machine: Any, started: str, t0: float, args: argparse.Namespace) -> None:
@@ -621,6 +625,12 @@ def saved_grids(path: Path) -> dict[str, tuple[Timed, dict[str, Any]]]:
 
 def report_only(path: Path, args: argparse.Namespace) -> int:
     raw = json.loads(path.read_text())
+    if any("reference" not in item for item in raw["runs"]):
+        print(
+            f"search_bench: {path} has no reference with repeats (written before it was measured): unsupported",
+            file=sys.stderr,
+        )
+        return 2
     by_key = {w.key: w for w in WORKLOADS}
     runs = []
     for item in raw["runs"]:
@@ -633,8 +643,9 @@ def report_only(path: Path, args: argparse.Namespace) -> int:
         }  # fmt: skip
         machine = timed["grid"].result.machine
         workload = by_key[item["score"]["workload"]]
+        ref = item["reference"]
         score_ = score(
-            workload, timed["adaptive"], timed["grid"], item["naive"], machine.usable_cpus, len(machine.gpus)
+            workload, timed["adaptive"], timed["grid"], item["naive"], ref, machine.usable_cpus, len(machine.gpus)
         )
         runs.append({**item, **timed, "score": score_})
     facts = {"nice": "?", **raw["facts"]}

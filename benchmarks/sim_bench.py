@@ -40,7 +40,7 @@ from sim_machines import FAMILIES, Model, draw
 from loadertop.core.engine.band import choose
 from loadertop.core.engine.planners import GridPlanner
 from loadertop.core.engine.search import AdaptivePlanner
-from loadertop.core.model.config import Settings
+from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import TrialResult
 
 CORES = (8, 16, 32, 64, 128, 256)
@@ -85,8 +85,12 @@ def drive(planner: AdaptivePlanner | GridPlanner, model: Model, seed: str) -> tu
     planner.setup(model.machine(), model.ceilings(BATCH))
     done: list[TrialResult] = []
     spent = 0.0
+    parked: set[TrialConfig] = set()  # the finalists whose workers wait for their next run (trial/parked.py)
     while (config := planner.next(done)) is not None:
-        result, cost = model.trial(len(done), config, rng)
+        keep = planner.keep()
+        warm = keep and config in parked
+        parked = parked | {config} if keep else set()
+        result, cost = model.trial(len(done), config, rng, planner.decision(), warm)
         done.append(result)
         spent += cost
         if len(done) > 4 * (model.top + 1):

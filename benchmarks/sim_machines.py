@@ -30,6 +30,7 @@ LAMBDA = 100.0  # one worker's samples/s; only ratios matter
 TARGET_SPREAD = 0.05  # Settings.target_spread: a trial whose spread settles within it stops early
 SETTLED_S = 1.5  # min_blocks × block_seconds: a settled trial's measurement
 BUDGET_S = 8.0  # trial_seconds: an unsettled trial runs its whole budget
+DECIDED_S = 0.9  # DECIDE_BLOCKS × block_seconds: a trial whose blocks lie clearly beyond its decision's edge
 SKIPPED_S = 0.2  # a guard saying no costs a probe, not a trial
 MEM_BASE_MB = 2000.0  # the training process
 
@@ -109,8 +110,17 @@ class Model:
     def ceilings(self, batch_size: int) -> tuple[Ceiling, ...]:
         return (Ceiling(batch_size, self.ceiling, "" if self.ceiling else "the consumer does no work"),)
 
-    def trial(self, index: int, config: TrialConfig, rng: random.Random) -> tuple[TrialResult, float]:
-        """One simulated trial and its wall time; advances the clock."""
+    def trial(
+        self,
+        index: int,
+        config: TrialConfig,
+        rng: random.Random,
+        decide: tuple[float | None, float | None] = (None, None),
+        warm: bool = False,
+    ) -> tuple[TrialResult, float]:
+        """One simulated trial and its wall time; advances the clock. `decide`: the planner's (below, above) edges:
+        the trial stops after DECIDE_BLOCKS blocks when they all lie beyond one (blocks within ± half the spread).
+        `warm`: a finalist's repeat on the workers parked after its last run (trial/parked.py): no start-up."""
         n = config.num_workers
         if not self.feasible(n):
             self.clock_s += SKIPPED_S
@@ -119,8 +129,12 @@ class Model:
         wobble = 1.0 + self.drift * math.sin(2 * math.pi * self.clock_s / self.period_s + self.phase)
         x = self.true(n) * wobble * max(0.05, 1.0 + rng.gauss(0.0, self.sigma))
         spread = self.seen * self.sigma * rng.uniform(0.6, 1.4)
-        stable = spread <= TARGET_SPREAD
-        cost = self.startup_s(n) + (SETTLED_S if stable else BUDGET_S)
+        below, above = decide
+        low, high = x * (1.0 - spread / 2), x * (1.0 + spread / 2)
+        decided = (above is not None and low > above) or (below is not None and high < below)
+        stable = spread <= TARGET_SPREAD and not decided
+        startup = 0.0 if warm else self.startup_s(n)
+        cost = startup + (DECIDED_S if decided else SETTLED_S if stable else BUDGET_S)
         self.clock_s += cost
         cpu = 95.0 * min(n or 1, self.cpus) if self.family in ("cpu-bound", "retrograde") else 5.0 * n + 20.0
         result = TrialResult(
@@ -131,7 +145,8 @@ class Model:
             batches_per_s=x / config.batch_size,
             spread=spread,
             stable=stable,
-            blocks=5 if stable else int(BUDGET_S / 0.3),
+            decided=decided,
+            blocks=3 if decided else 5 if stable else int(BUDGET_S / 0.3),
             measured_s=cost,
             cpu_percent=cpu,
             stall_fraction=0.5,

@@ -20,18 +20,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loadertop.core.engine import (
-    FOOTNOTE,
-    HEADERS,
-    NodeLink,
-    Report,
-    Sweep,
-    build_report,
-    num,
-    pct,
-    write_csv,
-    write_json,
-)
+from loadertop.core.engine import HEADERS, NodeLink, Report, Sweep, build_report, num, pct, write_csv, write_json
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import (
     Event,
@@ -59,13 +48,38 @@ def trial_line(trial: TrialResult, total: int) -> str:
         f"stall {pct(trial.stall_fraction):>4}  first batch {num(trial.first_batch_s, 2, ' s')}  "
         f"({trial.blocks} {'block' if trial.blocks == 1 else 'blocks'}"
         f"{f' of {trial.epoch_batches}-batch epochs' if trial.epoch_batches else ''}"
-        f"{'' if trial.stable else ', not stable'})"
+        f"{'' if trial.stable else ', decided early' if trial.decided else ', not stable'}"
+        f"{', on the workers of its first run' if trial.warm else ''})"
+        f"{per_node(trial)}"
     )
+
+
+def per_node(trial: TrialResult) -> str:
+    """'  per node 1000 / 820, slowest node 1 (host-b) rank 0' on a many-node sweep's trial line, else ''."""
+    if not trial.node_trials:
+        return ""
+    rates = " / ".join(num(n.samples_per_s if n.status == "ok" else None) for n in trial.node_trials)
+    return f"  per node {rates}" + (f", slowest {trial.slowest_rank}" if trial.slowest_rank else "")
+
+
+def nodes_table(report: Report) -> Table | None:
+    """The recommended configuration node by node (◀ marks the node of the job's slowest rank); None on one node."""
+    row = report.recommended
+    if row is None or not row.nodes:
+        return None
+    table = Table(title=f"per node: {row.config.label()}", title_justify="left")
+    for key in report.node_columns:
+        left = key in ("node", "host", "status")
+        table.add_column(report.node_headers[key], justify="left" if left else "right", no_wrap=key != "status")
+    for node in row.nodes:
+        cells = report.node_cells(node)
+        table.add_row(*(escape(cells[key]) for key in report.node_columns), style="yellow" if node.paces else None)
+    return table
 
 
 def results_table(report: Report) -> Table:
     """The report as a rich table: cells are the report's, styled by row (★ bold green, ◆ yellow)."""
-    table = Table(title="loadertop results", title_justify="left", caption=FOOTNOTE, caption_justify="left")
+    table = Table(title="loadertop results", title_justify="left", caption=report.footnote, caption_justify="left")
     for key in report.columns:
         left = key in ("mark", "status", "why")
         wraps = key in ("status", "why")  # they wrap, but never narrower than their header
@@ -205,7 +219,11 @@ class Reporter:
             self.progress = None
 
     def summary(self, result: SweepResult) -> None:
-        self.out.print(results_table(build_report(result, self.previous)))
+        report = build_report(result, self.previous)
+        self.out.print(results_table(report))
+        nodes = nodes_table(report)
+        if nodes is not None:
+            self.out.print(nodes)
         if self.previous is not None:
             self.out.print(f"vs prev: samples/s against {self.previous.run_dir or 'the previous run'}", markup=False)
         if result.knee:
@@ -214,6 +232,9 @@ class Reporter:
             rec = result.recommendation
             self.out.print(f"Recommended: {rec.config.label()}, {num(rec.samples_per_s)} samples/s", markup=False)
             self.out.print(f"Why: {rec.reason}", markup=False)
+            paced = report.recommended.pacing if report.recommended else ""
+            if paced and paced not in rec.reason:  # said once, wherever the engine put it
+                self.out.print(f"Nodes: {paced}", markup=False)
             if len(rec.equivalent) > 1:  # the equivalence set: what the recommendation could be swapped for
                 labels = ", ".join(c.label() for c in rec.equivalent)
                 close = " (a close call)" if rec.close else ""

@@ -37,5 +37,13 @@ def test_repeats_decide_what_one_noisy_run_could_not():
     again = [replace(t, index=10 + 2 * i + k, samples_per_s=(t.samples_per_s or 0) * (1.0 + (-1) ** k * 0.005))
              for i, t in enumerate(x for x in one if x.config.num_workers in (4, 8)) for k in range(3)]  # fmt: skip
     _, rec = analyze([*one, *again], SETTINGS, machine())
-    assert rec is not None and rec.config.num_workers == 6
+    # 6 workers (measured once at ±8%) are within noise of the best, but not surely within the band: one standard
+    # error of its single run would take it out, so the doubt goes to the faster 8 (band.Noise.surely_within) ...
+    assert rec is not None and rec.config.num_workers == 8
     assert rec.equivalent == tuple(t.config for t in one if t.config.num_workers in (6, 8, 12))
+    # ... until 6 and 8 are measured again, settled (±2%), their runs agreeing: then 6 is surely within the band.
+    settled = [replace(t, index=30 + 3 * i + k, samples_per_s=(t.samples_per_s or 0) * (1.0 + (-1) ** k * 0.005),
+                       spread=0.02) for i, t in enumerate(x for x in one if x.config.num_workers in (6, 8))
+               for k in range(3)]  # fmt: skip
+    _, rec = analyze([*one, *again, *settled], SETTINGS, machine())
+    assert rec is not None and rec.config.num_workers == 6

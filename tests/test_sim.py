@@ -34,7 +34,7 @@ def test_accuracy_and_cost_over_all_cases(outcomes: list[sim_bench.Outcome]) -> 
     assert ada["cost_med"] <= 0.15  # issue 12's target: ≤ 0.20 of the exhaustive grid
     assert ada["cost_p90"] <= 0.45
     assert ada["acc_med"] >= 0.97
-    assert ada["acc_p10"] >= 0.92  # the target is 0.95: missed by a little (0.946 over 360 cases), see SIM.md
+    assert ada["acc_p10"] >= 0.95  # issue 12's target (0.965 here; 0.959-0.964 over three sets of 360, SIM.md)
 
 
 def test_quiet_cases_meet_the_accuracy_target(outcomes: list[sim_bench.Outcome]) -> None:
@@ -69,6 +69,19 @@ def test_a_retrograde_curve_is_not_climbed_past_a_trusted_peak() -> None:
     peak = max(range(1, model.top + 1), key=model.true)
     assert max(t.config.num_workers for t in trials) < 4 * peak
     assert any("puts the peak at" in s.message or "noise band" in s.message for s in planner.trace if s.phase == "stop")
+
+
+def test_a_noisy_rung_decided_early_does_not_end_the_climb() -> None:
+    # σ 18% on 128 CPUs: 8 workers read 17% below 4 in three agreeing blocks (decided early, a clear loss within the
+    # trial). Its blocks agree, but the run is far from the next: the climb takes one more rung instead of stopping
+    # at 4-8 workers (it did, and chose 7: accuracy 0.30).
+    model = draw("retrograde", 128, 0)
+    assert model.sigma > 0.15
+    planner = sim_bench.AdaptivePlanner(sim_bench.settings_for(model))
+    trials, _ = sim_bench.drive(planner, model, "trace")
+    assert any(t.decided for t in trials)
+    assert max(t.config.num_workers for t in trials) > 16
+    assert sim_bench.accuracy(model, sim_bench.chosen_workers(trials)) >= 0.9
 
 
 def test_memory_capped_climbs_stop_at_the_budget(outcomes: list[sim_bench.Outcome]) -> None:

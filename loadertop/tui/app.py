@@ -36,6 +36,7 @@ from loadertop.tui.widgets.gpu import GpuPane
 from loadertop.tui.widgets.header import HeaderPane
 from loadertop.tui.widgets.help import HelpScreen
 from loadertop.tui.widgets.memory import MemoryPane
+from loadertop.tui.widgets.nodes import NodesPane
 from loadertop.tui.widgets.pane import Pane
 from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
 from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
@@ -125,6 +126,7 @@ class LoadertopApp(App[None]):
             "live": LivePane(self.state, id="live"),
             "chart": ThroughputChart(self.state, id="chart"),
             "table": self.table,
+            "nodes": NodesPane(self.state, id="nodes"),  # many nodes only: hidden otherwise
         }
         yield self.header
         with Horizontal(id="panes"):
@@ -134,6 +136,7 @@ class LoadertopApp(App[None]):
             with Vertical(id="right"):
                 yield self.panes["live"]
                 yield self.panes["chart"]
+        yield self.panes["nodes"]
         yield self.table
         yield self.too_small
         yield Footer(compact=True)
@@ -258,7 +261,7 @@ class LoadertopApp(App[None]):
         if not self.screen_stack:
             return  # shutting down: a late message from the sweep thread
         self.screen_stack[0].set_class(self.state.phase == "finished", "-done")
-        names = set(self.panes) if everything else self._dirty
+        names = set(self.panes) if everything else self._dirty | ({"nodes"} if "table" in self._dirty else set())
         self._dirty = set()
         for name in names:
             pane = self.panes[name]
@@ -423,7 +426,7 @@ class LoadertopApp(App[None]):
             return
         config = self.table.selected_config()
         if config is not None and self.state.select(config):  # while a trial runs, the panes follow it
-            self._dirty |= {"memory", "live", "gpu"}
+            self._dirty |= {"memory", "live", "gpu", "nodes"}
             self.flush()
 
 

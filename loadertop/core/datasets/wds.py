@@ -31,6 +31,11 @@ LABELS = ("cls", "txt", "json", "index", "id")
 IMAGES = ("jpg", "jpeg", "png", "ppm", "bmp", "webp", "tif", "tiff")
 
 
+def _remote(url: str) -> bool:
+    """A shard webdataset fetches itself (http://, s3://, pipe:...): no local file to check."""
+    return "://" in url or url.startswith("pipe:")
+
+
 def expand(pattern: str) -> list[str]:
     """The shard files a pattern names, in order; SpecError when it names none or a file is missing."""
     try:
@@ -39,10 +44,11 @@ def expand(pattern: str) -> list[str]:
         raise SpecError("webdataset datasets need the webdataset package: pip install webdataset") from None
     urls: list[str] = []
     for part in braceexpand(pattern):
-        urls.extend(sorted(glob.glob(part)) if any(c in part for c in "*?[") else [part])
+        local = not _remote(part)
+        urls.extend(sorted(glob.glob(part)) if local and any(c in part for c in "*?[") else [part])
     if not urls:
         raise SpecError(f"webdataset {pattern!r}: no file matches")
-    missing = [u for u in urls if not Path(u).is_file()]
+    missing = [u for u in urls if not _remote(u) and not Path(u).is_file()]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
         raise SpecError(f"webdataset {pattern!r}: shard {missing[0]!r} not found{more}")

@@ -181,9 +181,17 @@ def equivalence(rec: TrialResult, best: TrialResult, curve: list[TrialResult], n
     clause = ""
     if len(counts) > 1 and rec.config.num_workers in counts:
         where = "the best" if any(t is best for t in curve) else f"the best ({best.config.label()})"
+        n = rec.config.num_workers
+        cheapest = (
+            f"{n} is the cheapest"
+            if n == counts[0]
+            else (
+                f"{n} is the cheapest surely within the band (fewer may be behind by more: their runs say too little)"
+            )
+        )  # band.Noise.surely_within: the doubt goes to the faster
         clause = (
             f"{_count_list(counts, curve)} are within noise of each other and of {where} "
-            f"({sps(best):.0f} samples/s): {rec.config.num_workers} is the cheapest"
+            f"({sps(best):.0f} samples/s): {cheapest}"
         )
     return clause, _close_call(rec, best, curve, noise)
 

@@ -342,7 +342,9 @@ class Sweep:
 
     def _run_trial(self, runner: RunnerProcess, index: int, config: TrialConfig) -> TrialResult | None:
         """Run one trial through the runner; None when the sweep was cancelled during it."""
-        runner.send(TrialRequest(index, config, self.settings))
+        below, above = self.planner.decision()
+        park = self.planner.keep() and self.settings.ranks == 1
+        runner.send(TrialRequest(index, config, self.settings, decide_below=below, decide_above=above, park=park))
         watch = TrialWatch(self, self._emit, index, max(len(self.planner.planned()), index + 1), config)
         self._window, self._window_index = None, index
         try:

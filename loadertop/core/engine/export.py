@@ -7,7 +7,7 @@ import io
 import json
 from pathlib import Path
 
-from loadertop.core.engine.report import FOOTNOTE, HEADERS, Report, ReportRow, build_report
+from loadertop.core.engine.report import HEADERS, Report, ReportRow, build_report
 from loadertop.core.engine.runfolder import write_atomic
 from loadertop.core.model.results import SweepResult
 
@@ -47,6 +47,8 @@ CSV_COLUMNS = [
     "change_vs_previous",
     "worker_threads",
     "main_threads",
+    "node_samples_per_s",  # many nodes: each node's samples/s, node 0 first, space-separated
+    "slowest_rank",
 ]
 
 
@@ -73,6 +75,8 @@ def csv_row(row: ReportRow, result: SweepResult) -> dict[str, object]:
         change_vs_previous=row.change,
     )
     data["worker_uss_mb"] = " ".join(f"{v:.1f}" for v in latest.worker_uss_mb)
+    rates = (n.samples_per_s if n.status == "ok" else None for n in row.nodes)
+    data["node_samples_per_s"] = " ".join("nan" if r is None else f"{r:.1f}" for r in rates)
     return {k: data.get(k) for k in CSV_COLUMNS}
 
 
@@ -92,11 +96,26 @@ def markdown_table(report: Report) -> str:
     for row in report.rows:
         cells = report.cells(row)
         lines.append(tuple(" ".join(cells[k].split()).replace("|", "\\|") for k in columns))  # one line per row
-    return "\n".join("| " + " | ".join(line) + " |" for line in lines) + f"\n\n{FOOTNOTE}\n"
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines) + f"\n\n{report.footnote}\n"
+
+
+def markdown_nodes(report: Report) -> str:
+    """The recommended configuration, node by node, and what its slowest rank costs ('' on one node)."""
+    row = report.recommended
+    if row is None or not row.nodes:
+        return ""
+    columns = report.node_columns
+    lines = [tuple(report.node_headers[k] for k in columns), tuple("---" for _ in columns)]
+    lines += [tuple(report.node_cells(n)[k].replace("|", "\\|") for k in columns) for n in row.nodes]
+    table = "\n".join("| " + " | ".join(line) + " |" for line in lines)
+    return f"**Per node ({row.config.label()}):**\n\n{table}\n\n{row.pacing}\n"
 
 
 def markdown(result: SweepResult, previous: SweepResult | None = None) -> str:
-    parts = [f"# loadertop run\n\n{result.machine.summary()}\n", markdown_table(build_report(result, previous))]
+    report = build_report(result, previous)
+    parts = [f"# loadertop run\n\n{result.machine.summary()}\n", markdown_table(report)]
+    if report.many_nodes:
+        parts.append(markdown_nodes(report))
     if result.recommendation:
         r = result.recommendation
         parts.append(f"**Use:** `{r.snippet}`\n\n{r.reason}\n")

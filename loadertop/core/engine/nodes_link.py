@@ -24,8 +24,8 @@ class NodeLink(Protocol):
         """Every node's facts, in node rank order (known once all joined)."""
         ...
 
-    def next_config(self, plan: Callable[[], TrialConfig | None]) -> TrialConfig | None:
-        """Node 0: `plan()` (the planner's next) and send it to every node. The others: wait for node 0's.
+    def next_config(self, _plan: Callable[[], TrialConfig | None], /) -> TrialConfig | None:
+        """Node 0: `_plan()` (the planner's next) and send it to every node. The others: wait for node 0's.
         None ends the sweep on every node."""
         ...
 
@@ -34,8 +34,8 @@ class NodeLink(Protocol):
         the trial). The others: send theirs to node 0 and return it unchanged."""
         ...
 
-    def on_break(self, callback: Callable[[str], None]) -> None:
-        """Call `callback(reason)` once, from any thread, when the sweep must stop here: node 0 said stop, node 0
+    def on_break(self, _callback: Callable[[str], None], /) -> None:
+        """Call `_callback(reason)` once, from any thread, when the sweep must stop here: node 0 said stop, node 0
         or another node was lost, or (node 0) a node failed to answer in time."""
         ...
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from loadertop.core.engine.analysis import analyze, rule_notes, snippet
 from loadertop.core.engine.knee import worker_curve
+from loadertop.core.engine.nodes_report import pacing
 from loadertop.core.engine.rank_notes import ranks_note, with_notes
 from loadertop.core.engine.reasons import annotate
 from loadertop.core.engine.rerun import Evidence, fold_rerun
@@ -70,9 +71,11 @@ def _per_rank(
     what that means for the node, and shard the snippet as the measurement did."""
     if rec is None:
         return rec
-    warnings = [w for t in trials if t.index == rec.trial_index for w in t.warnings]
-    if warnings:
-        rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings]))
+    chosen = [t for t in trials if t.index == rec.trial_index]
+    warnings = [w for t in chosen for w in t.warnings]
+    paced = [p for p in (pacing(t) for t in chosen) if p]  # many nodes: the rank that paces the job, and its cost
+    if warnings or paced:
+        rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings, *paced]))
     if settings.ranks < 2:
         return rec
     extra = () if iterable else ("sampler=DistributedSampler(dataset)",)

@@ -27,6 +27,16 @@ class Planner(Protocol):
 
     def take_notes(self) -> list[SearchStep]: ...
 
+    def decision(self) -> tuple[float | None, float | None]:
+        """For the configuration `next` just gave: the (below, above) samples/s beyond which its trial may stop
+        early, its decision made (TrialRequest.decide_below/above); (None, None) when it must run its course."""
+        ...
+
+    def keep(self) -> bool:
+        """Whether the configuration `next` just gave will be measured again soon (a finalist): its trial then
+        keeps its workers, idle, for that run (TrialRequest.park)."""
+        ...
+
 
 class GridPlanner:
     """Every configuration of the sweep space, in order: the exhaustive baseline."""
@@ -51,6 +61,12 @@ class GridPlanner:
         notes = self.trace[self._read :]
         self._read = len(self.trace)
         return notes
+
+    def decision(self) -> tuple[float | None, float | None]:
+        return None, None  # every grid point is a reference: measured to the end
+
+    def keep(self) -> bool:
+        return False
 
 
 class RowRerun(GridPlanner):

@@ -6,12 +6,14 @@ Headless text, Markdown, CSV and the TUI table all render from `build_report`, a
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from loadertop.core.engine.analysis import merge_repeats
+from loadertop.core.engine.nodes_report import NODE_COLUMNS, NODE_HEADERS, NodeRow, node_rows, pacing
 from loadertop.core.engine.wording import NONE, pct
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, family_key, on_curve
+from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import SweepResult, TrialResult
 
 RECOMMENDED, KNEE, EQUIVALENT = "★", "◆", "≈"
@@ -27,6 +29,7 @@ COLUMNS = (
     ("persist", "persist"),
     ("start", "start"),
     ("samples/s", "samples/s"),
+    ("nodes", "per node"),  # a many-node sweep's only
     ("spread", "±"),
     ("stall", "stall"),
     ("p50", "p50 ms"),
@@ -52,6 +55,10 @@ FOOTNOTE = (
     "and PSS do not. p50/p99 ms: the wait in next() per batch (median, 99th percentile), without the first batch "
     "after an epoch boundary: that burst is the epoch column, the wait from an epoch's last batch to the next one's "
     "first. CPU: percent of one CPU."
+)
+NODES_FOOTNOTE = (
+    "Many nodes: samples/s is the job's as DDP sees it, every rank paced by the slowest (ranks × the slowest rank's "
+    "samples/s); per node: each node's own samples/s, node 0 first; stall and p50/p99 are the worst node's."
 )
 
 
@@ -106,6 +113,11 @@ class ReportRow:
     equivalent: bool  # within noise of the best on the recommendation's curve (the recommendation itself is not marked)
     change: float | None  # samples/s against the same configuration in the previous run
     in_previous: bool  # the previous run finished this configuration
+    # Many nodes (engine/nodes_report.py): each node's share of its latest run, the rank that paced it and what that
+    # cost; empty on one node.
+    nodes: tuple[NodeRow, ...] = ()
+    slowest_rank: str | None = None
+    pacing: str = ""
 
     @property
     def marks(self) -> str:
@@ -122,6 +134,7 @@ class ReportRow:
             "runs": ",".join(map(str, self.runs)),
             **config_cells(self.config),
             "samples/s": num(self.samples_per_s),
+            "nodes": " / ".join(num(n.samples_per_s) if n.status == "ok" else NONE for n in self.nodes),
             "spread": pct(self.spread),
             "stall": pct(self.stall_fraction),
             "p50": num(self.wait_ms_p50, 1),
@@ -144,14 +157,50 @@ class ReportRow:
         return pct(self.change, signed=True) if self.in_previous else "new"
 
 
+def node_cells(row: NodeRow) -> dict[str, str]:
+    """One node's share of a trial as text, by NODE_COLUMNS key."""
+    behind = row.behind
+    return {
+        "node": f"{row.node_rank}{' ◀' if row.paces else ''}",  # ◀ the node of the job's slowest rank
+        "host": row.hostname or NONE,
+        "samples/s": num(row.samples_per_s),
+        "per rank": " ".join(num(r) for r in row.rank_samples_per_s) or NONE,
+        "behind": NONE if behind is None else ("fastest" if behind <= 0 else pct(-behind, signed=True)),
+        "stall": pct(row.stall_fraction),
+        "p99": num(row.wait_ms_p99, 1),
+        "uss": num(row.uss_per_worker_mb),
+        "pss": num(row.pss_mb),
+        "cpu": num(row.cpu_percent, 0, "%"),
+        "status": row.status if row.status == "ok" else f"{row.status}: {row.error or 'no reason given'}",
+    }
+
+
 @dataclass(frozen=True)
 class Report:
     rows: tuple[ReportRow, ...]
     compared: bool  # built against a previous result: the "change" column means something
+    nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes
+    node_columns: tuple[str, ...] = tuple(key for key, _ in NODE_COLUMNS)
+    node_headers: dict[str, str] = field(default_factory=lambda: dict(NODE_HEADERS))
+    footnote: str = FOOTNOTE
+
+    @property
+    def many_nodes(self) -> bool:
+        """Rows merged from several nodes (node 0's view); another node's own result lists nodes but is one node's."""
+        return any(row.nodes for row in self.rows)
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return tuple(key for key, _ in COLUMNS if key != "change" or self.compared)
+        return tuple(
+            key for key, _ in COLUMNS if (key != "change" or self.compared) and (key != "nodes" or self.many_nodes)
+        )
+
+    @property
+    def recommended(self) -> ReportRow | None:
+        return next((row for row in self.rows if row.recommended), None)
+
+    def node_cells(self, row: NodeRow) -> dict[str, str]:
+        return node_cells(row)
 
     def row_for(self, config: TrialConfig) -> ReportRow | None:
         return next((row for row in self.rows if row.config == config), None)
@@ -204,9 +253,14 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
                 knee=config == knee,
                 change=_change(best, old),
                 in_previous=old is not None,
+                nodes=node_rows(runs[-1], result.nodes),
+                slowest_rank=runs[-1].slowest_rank,
+                pacing=pacing(runs[-1], result.nodes),
             )
         )
-    return Report(tuple(rows), compared=previous is not None)
+    many = any(row.nodes for row in rows)
+    footnote = f"{FOOTNOTE} {NODES_FOOTNOTE}" if many else FOOTNOTE
+    return Report(tuple(rows), compared=previous is not None, nodes=result.nodes, footnote=footnote)
 
 
 def ordered(configs: Iterable[TrialConfig]) -> list[TrialConfig]:

@@ -74,6 +74,9 @@ class AdaptivePlanner:
         self._rungs: dict[int, tuple[int, TrialConfig]] = {}  # per count: the climb's configuration (and score)
         self._fitted: tuple[tuple[int, float], ...] | None = None
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
+        self._decision: tuple[float | None, float | None] = (None, None)
+        self._fits: int | None = None  # the most workers the memory budget allows, once a rung has told
+        self._keep = False  # in the finalists' head-to-head: their trials keep their workers between runs
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
             self._projection = [self._at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
@@ -97,6 +100,7 @@ class AdaptivePlanner:
 
     def next(self, done: Sequence[TrialResult]) -> TrialConfig | None:
         self._done = done
+        self._decision = (None, None)  # the climb sets it for its rungs
         config = next(self._steps, None)
         if config is not None:
             self._proposed.append(config)
@@ -106,6 +110,12 @@ class AdaptivePlanner:
         notes = self.trace[self._read :]
         self._read = len(self.trace)
         return notes
+
+    def decision(self) -> tuple[float | None, float | None]:
+        return self._decision
+
+    def keep(self) -> bool:
+        return self._keep
 
     # -- the plan, as one generator: each `yield` is a trial; `self._done` has its result when it resumes --------
 
@@ -141,6 +151,7 @@ class AdaptivePlanner:
         failures = 0
         while n is not None:
             config = self._at(n)
+            self._decision = self._rung_decision(n)
             yield config
             t = self._result(config)
             if t.status != "ok":
@@ -156,6 +167,18 @@ class AdaptivePlanner:
                 self._note("stop", stop)
                 return
             n = self._next_rung(n, t)
+
+    def _rung_decision(self, n: int) -> tuple[float | None, float | None]:
+        """What a rung is measured for: does it gain more than the band over the best rung below (climb on) or not
+        (stop)? Its trial may stop once its blocks are clearly on one side (TrialRequest.decide_below/above): above
+        the band's edge by another tolerance, or below the best rung itself by one. The top of the range and the
+        first rungs run their course: nothing to compare them with, or they may be the answer."""
+        below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
+        if not below or n >= self.counts[-1]:
+            return None, None
+        prev = max(below, key=sps)
+        x = sps(prev)
+        return x * (1.0 - self.tol), x * (1.0 + noise_band(self.tol, prev)) * (1.0 + self.tol)
 
     def _stop_climbing(self, n: int, t: TrialResult) -> str | None:
         x = sps(t)
@@ -175,7 +198,10 @@ class AdaptivePlanner:
             if gain < band:
                 # Unsettled (a busy machine, a short budget): one rung more, unless a trusted peak is here (steady)
                 steady_past = past is not None and (t.spread or 0.0) <= self.tol
-                if not t.stable and not self._patient and not steady_past and n < self.counts[-1]:
+                # A clear loss decided in 3 steady blocks is as good as settled; a noisy one is not (its blocks agree
+                # with each other, which says nothing of how far this run is from the next)
+                settled = t.stable or (t.decided and (t.spread or 0.0) <= self.settings.target_spread)
+                if not settled and not self._patient and not steady_past and n < self.counts[-1]:
                     self._patient = True
                     self._note(
                         "climb",
@@ -211,6 +237,8 @@ class AdaptivePlanner:
                 target = reach
                 why = f"USL predicts the ceiling is reached at {workers(reach)}, before the next doubling"
         memory_cap = self._memory_cap(n, t)
+        if memory_cap is not None:
+            self._fits = memory_cap if self._fits is None else min(self._fits, memory_cap)
         if memory_cap is not None and target > memory_cap:
             if memory_cap <= n:
                 self._note("stop", f"stopped climbing: more than {workers(n)} would exceed the memory budget")
@@ -223,7 +251,10 @@ class AdaptivePlanner:
         if nxt is None:
             return None
         cpu = _cpu_text(t, self._cpus)
-        self._note("climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}; {why}: {workers(nxt)}", self._at(nxt).label())
+        clear = f", a clear gain after {t.blocks} blocks" if t.decided else ""
+        self._note(
+            "climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}{clear}; {why}: {workers(nxt)}", self._at(nxt).label()
+        )
         self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
 
@@ -351,8 +382,12 @@ class AdaptivePlanner:
     def _repeat(self) -> Iterator[TrialConfig]:
         # Never more trials in all than measuring every configuration once (no search is dearer than the grid), and
         # on a short range fewer repeats: one per REPEAT_SHARE counts, at least MIN_REPEATS.
-        share = max(MIN_REPEATS, len(self.counts) // REPEAT_SHARE)
-        budget = min(MAX_REPEATS, share, len(self.space) - len(self._done) - 1)
+        # Counts past the memory budget are not in that grid: the guard skips them at no cost.
+        fits = [n for n in self.counts if self._fits is None or n <= self._fits]
+        share = max(MIN_REPEATS, len(fits) // REPEAT_SHARE)
+        grid = len(self.space) - sum(1 for c in self.space if c.num_workers not in fits)
+        budget = min(MAX_REPEATS, share, grid - len(self._done) - 1)
+        self._keep = True
         yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------

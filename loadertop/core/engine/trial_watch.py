@@ -148,6 +148,9 @@ class TrialWatch:
         self.exited = True
         if self.finished is not None or self.error is not None:
             return
+        if message.parked:
+            self.error = "trial parked its workers without a measurement"
+            return
         if message.signal:
             self.error = f"trial process killed by {signal_name(message.signal)}"
             self.error += _SIGNAL_HINTS.get(message.signal, "")
@@ -203,6 +206,8 @@ def measured(
         measured_s=finished.measured_s,
         warmup_batches=finished.warmup_batches,
         stable=finished.stable,
+        decided=finished.decided,
+        warm=finished.warm,
         epoch_restart_s=finished.epoch_restart_s,
         epoch_batches=finished.epoch_batches,
         ranks=finished.ranks,

@@ -41,6 +41,13 @@ class TrialRequest:
     index: int
     config: TrialConfig
     settings: Settings
+    # The decision the trial is measured for (the adaptive search's climb: a gain or not): it may stop as soon as
+    # DECIDE_BLOCKS blocks in a row all lie above `decide_above` samples/s, or all below `decide_below`.
+    decide_below: float | None = None
+    decide_above: float | None = None
+    # Keep the trial's workers after it, idle, for another run of the same configuration (a finalist's repeat):
+    # the runner then measures again on them instead of forking anew, until a request without `park` comes.
+    park: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,6 +100,7 @@ class Exited:
     index: int
     signal: int | None  # the signal that killed it, or None when it exited
     returncode: int | None
+    parked: bool = False  # it is not gone: it measured, and waits with its workers for another run (park)
 
 
 # -- a trial's messages (from its process; with --ranks, from rank 0) -----------------------------------------------
@@ -155,6 +163,9 @@ class Finished:
     measured_s: float
     warmup_batches: int
     stable: bool  # the spread reached the target before the time budget ran out
+    # stopped before settling: its blocks all lay beyond an edge of the decision it was measured for (TrialRequest)
+    decided: bool = False
+    warm: bool = False  # measured on workers parked after an earlier run of the configuration: no start-up paid
     epoch_batches: int | None = None  # set when blocks were whole epochs
     epoch_restart_s: float | None = None  # an epoch boundary crossed while measuring; Epoch may follow with one
     warnings: tuple[str, ...] = ()

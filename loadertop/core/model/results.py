@@ -79,6 +79,12 @@ class TrialResult:
     measured_s: float = 0.0
     warmup_batches: int = 0
     stable: bool = False  # spread reached the target before the time budget ran out
+    # Stopped early, before settling: its blocks all lay clearly beyond an edge of the decision the search measured
+    # it for (a clear gain or a clear loss on the climb), so more blocks could not change that decision.
+    decided: bool = False
+    # Measured again on the workers an earlier run of this configuration started (parked between the finalists'
+    # runs): its start-up was not paid again; first_batch_s and epoch_restart_s are that earlier run's.
+    warm: bool = False
     # The epoch boundary: from the last batch of an epoch to the first of the next (worker restart unless
     # persistent_workers); measured by ending an epoch early after the steady window. None if it could not be.
     epoch_restart_s: float | None = None

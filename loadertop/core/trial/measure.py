@@ -11,14 +11,17 @@ import signal
 import statistics
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Measuring, Started, TrialNotice, Workers
+from loadertop.core.model.protocol import Block, Emit, Finished, Measuring
 from loadertop.core.trial.loader import EpochControl
 from loadertop.core.trial.shard_counts import idle_warning, set_epoch_warning, shard_count, shard_warning
 from loadertop.core.trial.sharding import ShardCheck, batch_rows
+
+# Blocks in a row that must all lie beyond an edge of the trial's decision before it stops early (MeasuredLoop.decide)
+DECIDE_BLOCKS = 3
 
 
 def spread(rates: list[float]) -> float:
@@ -162,6 +165,8 @@ class MeasuredLoop:
         self.crossings: list[float] = []  # epoch boundaries crossed on the way: wait for the next epoch's first batch
         self.on_new_workers: Callable[[list[int]], None] | None = None
         self.skip = warmup_batches(config, settings.skip_warmup)
+        self.decide: tuple[float | None, float | None] = (None, None)  # (below, above): see TrialRequest
+        self.boundary_s: float | None = None  # the epoch boundary measured after the first run
         self.batches = 0  # handed out so far, every epoch
         self.warnings = _before(getattr(loader, "dataset", None), config, settings)  # the trial's warnings, in order
 
@@ -174,6 +179,16 @@ class MeasuredLoop:
 
     def worker_pids(self) -> list[int]:
         return _worker_pids(self.it)
+
+    def again(self) -> None:
+        """Ready for another run on the same workers: the clock restarts as if after the start-up (not paid again),
+        and one batch is taken as the first one was, so warm_up skips a whole buffer."""
+        now = time.perf_counter()
+        self.started = now - self.first_batch_s
+        self.deadline = now + self.settings.trial_seconds
+        batch = self.next_batch()[0]
+        self._seen(batch)
+        self.consumer(batch)
 
     def first_batch(self) -> float:
         assert self.it is not None
@@ -237,7 +252,7 @@ class MeasuredLoop:
         whole_epochs = align = bool(self.crossings)
         opening = not align  # the next block opens the window (the probes' CPU and memory figures)
         tally = _Tally()
-        stable = False
+        stable = decided = False
         while True:
             if opening:
                 emit(Measuring())
@@ -255,12 +270,25 @@ class MeasuredLoop:
                 if stop_when_stable and current is not None and current <= self.settings.target_spread:
                     stable = True
                     break
+                if stop_when_stable and self._decided(tally):
+                    decided = True
+                    break
             if time.perf_counter() >= self.deadline:
                 break
         idle = idle_warning(self.loader, self.batches)
         if idle:
             self.warnings.append(idle)
-        return self._finished(tally, whole_epochs, stable, stop_when_stable)
+        return replace(self._finished(tally, whole_epochs, stable, stop_when_stable), decided=decided)
+
+    def _decided(self, tally: _Tally) -> bool:
+        """Whether the last DECIDE_BLOCKS blocks all lie beyond one edge of the decision the trial is measured for:
+        more blocks would not change it (a settled trial needs min_blocks; a noisy one runs to its deadline)."""
+        below, above = self.decide
+        if len(tally.rates) < DECIDE_BLOCKS or (below is None and above is None) or not tally.batches:
+            return False
+        per_batch = tally.samples / tally.batches
+        recent = [rate * per_batch for rate in tally.rates[-DECIDE_BLOCKS:]]
+        return (above is not None and min(recent) > above) or (below is not None and max(recent) < below)
 
     def _time_block(self, whole_epochs: bool, have_blocks: bool) -> _Timed:
         """Time one block: whole rounds of the workers, or one whole epoch once blocks are whole epochs."""
@@ -366,30 +394,6 @@ class MeasuredLoop:
         self.it = iter(self.loader)
         next(self.it)
         return time.perf_counter() - last
-
-
-def measure(
-    loader: Any,
-    config: TrialConfig,
-    settings: Settings,
-    consumer: Callable[[Any], None],
-    emit: Emit,
-    control: EpochControl | None = None,
-    check_shards: bool = False,
-) -> None:
-    """One trial of one process: every step of the MeasuredLoop, reported through `emit`."""
-    loop = MeasuredLoop(loader, config, settings, consumer, control, check_shards)
-    loop.on_new_workers = lambda pids: emit(Workers(tuple(pids)))
-    emit(Workers(tuple(loop.start())))
-    first = loop.first_batch()
-    emit(Started(tuple(loop.worker_pids()), first, loop.batch_mb))
-    for warning in loop.warm_up():
-        emit(TrialNotice(warning))
-    emit(loop.blocks(emit))
-    # After Finished: the window is closed, so the restart's CPU burst and new workers stay out of the trial's CPU
-    # and memory figures. New workers are in the trial's process group all the same.
-    loop.on_new_workers = None
-    emit(Epoch(loop.epoch_boundary()))
 
 
 def _before(dataset: Any, config: TrialConfig, settings: Settings) -> list[str]:

@@ -37,10 +37,12 @@ from loadertop.core.model.protocol import (
     decode,
     encode,
 )
+from loadertop.core.trial.parked import Parked, Parking, drop
 from loadertop.core.trial.procs import become_subreaper, die_with_parent, prefer_oom_kill
 
 _EVENTS_FD = -1
 ExitStatus = tuple[int | None, int | None]  # (the signal that killed it, or None; its exit code, or None)
+_PARKING = Parking()  # trials waiting with their workers for another run of their configuration (trial/parked.py)
 
 
 def emit(message: Reply) -> None:
@@ -65,15 +67,57 @@ def main() -> int:
     gc.collect()
 
     emit(Ready(PROTOCOL_VERSION, os.getpid()))
-    for line in sys.stdin:
-        request = decode(line)
-        if isinstance(request, CheckRequest):
-            _check(request)
-        elif isinstance(request, TrialRequest | CeilingRequest):
-            _run_forked(request)
-        else:
-            raise ProtocolError(f"the runner takes requests, not {type(request).__name__}")
+    try:
+        for line in sys.stdin:
+            request = decode(line)
+            if not (isinstance(request, TrialRequest) and request.park):
+                _PARKING.drop_all()  # the repeats are over: their workers' memory goes back
+            if isinstance(request, CheckRequest):
+                _check(request)
+            elif isinstance(request, TrialRequest) and request.park:
+                _run_parked(request)
+            elif isinstance(request, TrialRequest | CeilingRequest):
+                _run_forked(request)
+            else:
+                raise ProtocolError(f"the runner takes requests, not {type(request).__name__}")
+    finally:
+        _PARKING.drop_all()
     return 0
+
+
+def _run_parked(request: TrialRequest) -> None:
+    """A run on the workers parked by the last run of this configuration, or a fresh trial that parks after."""
+    parked = _PARKING.take(request.config)
+    if parked is not None:
+        try:
+            os.write(parked.go, b"again\n")
+        except OSError:  # it died while parked (the OOM killer, a signal): start afresh
+            drop(parked)
+            parked = None
+    if parked is None:
+        runner = os.getpid()
+        go_r, go_w = os.pipe()
+        ready_r, ready_w = os.pipe()
+        child = os.fork()
+        if child == 0:
+            die_with_parent(runner)
+            os.setpgid(0, 0)
+            os.close(go_w)
+            os.close(ready_r)
+            os._exit(_trial_main(request, (go_r, ready_w)))
+        os.close(go_r)
+        os.close(ready_w)
+        with contextlib.suppress(OSError):
+            os.setpgid(child, child)
+        parked = Parked(child, go_w, ready_r)
+    emit(Forked(request.index, parked.pid))
+    status = _wait_child(parked.pid, parked.ready)
+    if status is None:  # it measured and waits for the next run
+        _PARKING.keep(request.config, parked)
+        emit(Exited(request.index, None, None, parked=True))
+        return
+    drop(parked)
+    emit(Exited(request.index, *status))
 
 
 def _run_forked(request: TrialRequest | CeilingRequest) -> None:
@@ -87,14 +131,16 @@ def _run_forked(request: TrialRequest | CeilingRequest) -> None:
     with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
         os.setpgid(child, child)
     emit(Forked(request.index, child))
-    killed_by, returncode = _wait_child(child)
-    emit(Exited(request.index, killed_by, returncode))
+    status = _wait_child(child)
+    assert status is not None
+    emit(Exited(request.index, *status))
 
 
-def _wait_child(pid: int) -> ExitStatus:
-    """Wait for the trial, then kill what is left of its group and reap it (we are the subreaper).
+def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:
+    """Wait for the trial, then kill what is left of its group and reap it (we are the subreaper). None: a parking
+    trial said on `ready` that it measured and waits, its workers alive.
 
-    If our stdin closes meanwhile, the driver died: kill the trial's group and leave."""
+    If our stdin closes meanwhile, the driver died: kill the trial's group (and the parked ones) and leave."""
     while True:
         status = _reap(pid)
         if status is not None:
@@ -104,9 +150,13 @@ def _wait_child(pid: int) -> ExitStatus:
                 _reap(pid)
                 time.sleep(0.02)
             return status
-        readable, _, _ = select.select([sys.stdin], [], [], 0.2)
-        if readable and not sys.stdin.buffer.peek(1):
+        watched = [sys.stdin] if ready is None else [sys.stdin, ready]
+        readable, _, _ = select.select(watched, [], [], 0.2)
+        if ready is not None and ready in readable and os.read(ready, 1):
+            return None
+        if sys.stdin in readable and not sys.stdin.buffer.peek(1):
             _killpg(pid)
+            _PARKING.drop_all()
             raise SystemExit(0)
 
 
@@ -264,7 +314,7 @@ def _ceiling_main(request: CeilingRequest) -> int:
         sys.stderr.flush()
 
 
-def _trial_main(request: TrialRequest) -> int:
+def _trial_main(request: TrialRequest, park: tuple[int, int] | None = None) -> int:
     """The trial process: build the dataset and DataLoader, measure, report. Never returns normally."""
     import faulthandler
 
@@ -273,7 +323,7 @@ def _trial_main(request: TrialRequest) -> int:
         print(f"--- trial {request.index}: {request.config.label()}", file=sys.stderr, flush=True)
         from loadertop.core.trial.run import run_trial
 
-        run_trial(request.settings, request.config, emit)
+        run_trial(request.settings, request.config, emit, (request.decide_below, request.decide_above), park)
         return 0
     except BaseException as exc:
         traceback.print_exc()
