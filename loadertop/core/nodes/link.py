@@ -17,10 +17,10 @@ from collections.abc import Callable
 from typing import Any
 
 from loadertop.core.engine import Launch
+from loadertop.core.engine.nodes_merge import merge_nodes
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import TrialResult
-from loadertop.core.nodes.merge import merge_nodes
 from loadertop.core.nodes.store import StoreGone, guarded, wait_keys
 
 BEAT_S = 0.5
