@@ -342,8 +342,10 @@ class Sweep:
 
     def _run_trial(self, runner: RunnerProcess, index: int, config: TrialConfig) -> TrialResult | None:
         """Run one trial through the runner; None when the sweep was cancelled during it."""
-        below, above = self.planner.decision()
-        park = self.planner.keep() and self.settings.ranks == 1
+        # Many nodes: every node measures the same whole window, cold (the planner's rates are the merged job's,
+        # not this node's, and a follower's planner knows nothing of finalists).
+        below, above = self.planner.decision() if self._nodes is None else (None, None)
+        park = self.planner.keep() and self.settings.ranks == 1 and self._nodes is None
         runner.send(TrialRequest(index, config, self.settings, decide_below=below, decide_above=above, park=park))
         watch = TrialWatch(self, self._emit, index, max(len(self.planner.planned()), index + 1), config)
         self._window, self._window_index = None, index
