@@ -12,6 +12,7 @@ default `train`, or its only split), `columns=a+b` (keep these columns). Needs `
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -65,14 +66,22 @@ def _split(loaded: Any, name: str | None, path: str) -> Any:
 
 
 def _split_by_node(stream: Any) -> Any:
-    """Each rank its part of the shards, as a DDP job does (every rank reads all of them otherwise)."""
+    """Each rank its part of the shards, as a DDP job does (every rank reads all of them otherwise). The job's rank
+    and world come from the environment a trial's ranks set (trial/world.py: across nodes too); else from a process
+    group the factory's caller made."""
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    elif dist.is_available() and dist.is_initialized():
+        rank, world = dist.get_rank(), dist.get_world_size()
+    else:
+        return stream
+    if world < 2:
         return stream
     from datasets.distributed import split_dataset_by_node
 
-    return split_dataset_by_node(stream, rank=dist.get_rank(), world_size=dist.get_world_size())
+    return split_dataset_by_node(stream, rank=rank, world_size=world)
 
 
 def _line(exc: BaseException) -> str:

@@ -399,7 +399,11 @@ class MeasuredLoop:
 def _before(dataset: Any, config: TrialConfig, settings: Settings) -> list[str]:
     """What can be told before a trial runs: too few shards for the readers, the set_epoch trap."""
     counted = shard_count(dataset)
-    found = [shard_warning(counted[0], config.num_workers, settings.ranks, per_rank=counted[1])] if counted else []
+    found = (
+        [shard_warning(counted[0], config.num_workers, settings.ranks, nodes=settings.nodes, per_rank=counted[1])]
+        if counted
+        else []
+    )
     found.append(set_epoch_warning(dataset, config))
     return [w for w in found if w]
 
