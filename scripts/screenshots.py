@@ -3,10 +3,13 @@
     python scripts/screenshots.py                 # screenshots/{running,done}-{120x40,80x24}.svg
     python scripts/screenshots.py --step-ms 0     # a loader-bound picture instead
     python scripts/screenshots.py --attach        # screenshots/attach-{120x40,80x24}.svg only, of a real job
+    python scripts/screenshots.py --nodes         # screenshots/nodes-{120x40,80x24}.svg only, two real agents
 
 The app is built by the same `make_app` as the CLI and the tests; only the terminal is virtual. The attach
 pictures are the attach app on a real training job (examples/train_watch.py --leak: 4 persistent workers reading a
-list of dicts), attached through the engine's `open_session` as `loadertop attach PID` does, after a minute.
+list of dicts), attached through the engine's `open_session` as `loadertop attach PID` does, after a minute. The
+nodes pictures are node 0's TUI at the end of a real two-node sweep on this machine: a second agent in a subprocess,
+both launched as srun launches them (SLURM_* variables, node 0 at 127.0.0.1), joined as the CLI joins them.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -80,6 +84,57 @@ async def attach(out: Path, seconds: float = 60.0) -> int:
     return 0
 
 
+def _slurm(rank: int, port: int) -> dict[str, str]:
+    return {"SLURM_STEP_ID": "0", "SLURM_PROCID": str(rank), "SLURM_NTASKS": "2", "SLURM_NODEID": str(rank),
+            "SLURM_STEP_NUM_NODES": "2", "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_JOB_ID": "1",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}  # fmt: skip
+
+
+async def nodes(settings: Settings, out: Path) -> int:
+    """Node 0's TUI at the end of a real two-node sweep (node 1: a headless loadertop in a subprocess)."""
+    from loadertop.cli import build_parser, join_launch, settings_from_args
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = [
+        "--headless",
+        "--dataset",
+        settings.dataset,
+        "--workers",
+        ",".join(map(str, settings.workers)),
+        "--step-ms",
+        str(settings.step_ms),
+        "--trial-seconds",
+        str(settings.trial_seconds),
+        "--search",
+        "grid",
+    ]
+    # Both nodes' settings from the same command line: node 0 refuses a node whose settings differ
+    mine = settings_from_args(build_parser().parse_args(args))
+    other = subprocess.Popen(
+        [sys.executable, "-m", "loadertop", *args],
+        env={**os.environ, **_slurm(1, port)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    os.environ.update(_slurm(0, port))
+    try:
+        settings, link = join_launch(mine)
+        with tempfile.TemporaryDirectory(prefix="loadertop-screenshots-") as runs:
+            app = make_app(settings, out_dir=Path(runs), theme=None, nodes=link)
+            async with app.run_test(size=SIZES[0]) as pilot:
+                await until(pilot, lambda: app.state.phase != "running", timeout=900)
+                if app.state.phase != "finished":
+                    raise SystemExit(f"screenshots: the sweep did not finish: {app.state.error}")
+                await shoot(app, pilot, out, "nodes")
+                await pilot.press("q")
+    finally:
+        other.wait(60)
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
     settings = Settings(
         dataset=args.dataset,
@@ -91,6 +146,8 @@ async def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.attach:
         return await attach(out)
+    if args.nodes:
+        return await nodes(settings, out)
     with tempfile.TemporaryDirectory(prefix="loadertop-screenshots-") as runs:
         app = make_app(settings, out_dir=Path(runs), theme=args.theme)
         async with app.run_test(size=SIZES[0]) as pilot:
@@ -125,4 +182,5 @@ if __name__ == "__main__":
     parser.add_argument("--trial-seconds", type=float, default=6.0)
     parser.add_argument("--theme", default=None, help="light for the light theme")
     parser.add_argument("--attach", action="store_true", help="only the attach view, of a real job")
+    parser.add_argument("--nodes", action="store_true", help="only node 0's view of a real two-node sweep")
     raise SystemExit(asyncio.run(main(parser.parse_args())))

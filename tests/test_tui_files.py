@@ -22,7 +22,7 @@ SIZE = (120, 40)
 
 def drive(monkeypatch: pytest.MonkeyPatch, factory: FakeSweepFactory, until: Callable[[LoadertopApp], bool]) -> None:
     """run_tui with the fake engine; the 'terminal' presses q once `until` holds."""
-    monkeypatch.setattr("loadertop.tui.app.engine_factory", lambda out_dir, resume: factory)
+    monkeypatch.setattr("loadertop.tui.app.engine_factory", lambda out_dir, resume, nodes=None: factory)
 
     async def press_q(app: LoadertopApp) -> None:
         async with app.run_test(size=SIZE) as pilot:
