@@ -88,13 +88,15 @@ def main() -> int:
 def _run_parked(request: TrialRequest) -> None:
     """A run on the workers parked by the last run of this configuration, or a fresh trial that parks after."""
     parked = _PARKING.take(request.config)
+    if parked is not None and not _alive(parked.pid):  # it died while parked (the OOM killer, a signal)
+        drop(parked)
+        parked = None
     if parked is not None:
-        try:
+        # Forked first: a warm trial answers at once, and the driver must know whose messages they are
+        emit(Forked(request.index, parked.pid))
+        with contextlib.suppress(OSError):  # dying just now: _wait_child reports its exit
             os.write(parked.go, b"again\n")
-        except OSError:  # it died while parked (the OOM killer, a signal): start afresh
-            drop(parked)
-            parked = None
-    if parked is None:
+    else:
         runner = os.getpid()
         go_r, go_w = os.pipe()
         ready_r, ready_w = os.pipe()
@@ -110,7 +112,7 @@ def _run_parked(request: TrialRequest) -> None:
         with contextlib.suppress(OSError):
             os.setpgid(child, child)
         parked = Parked(child, go_w, ready_r)
-    emit(Forked(request.index, parked.pid))
+        emit(Forked(request.index, parked.pid))
     status = _wait_child(parked.pid, parked.ready)
     if status is None:  # it measured and waits for the next run
         _PARKING.keep(request.config, parked)
@@ -172,6 +174,16 @@ def _reap(trial_pid: int) -> ExitStatus | None:
             return found
         if pid == trial_pid:
             found = (os.WTERMSIG(status), None) if os.WIFSIGNALED(status) else (None, os.WEXITSTATUS(status))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _has_children() -> bool:
