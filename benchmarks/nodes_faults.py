@@ -42,6 +42,7 @@ class Node:
             stdout=subprocess.DEVNULL,
             stderr=open(self.err_path, "wb"),  # noqa: SIM115 (the child holds it)
             start_new_session=True,
+            cwd=folder,  # not a checkout: `-m` puts the cwd first on sys.path, and its loadertop.egg-info with it
         )
 
     def err(self) -> str:
