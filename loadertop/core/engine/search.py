@@ -251,7 +251,9 @@ class AdaptivePlanner:
         if nxt is None:
             return None
         cpu = _cpu_text(t, self._cpus)
-        clear = f", a clear gain after {t.blocks} blocks" if t.decided else ""
+        below = [sps(r) for r in self._curve() if 1 <= r.config.num_workers < n]
+        kind = "gain" if not below or sps(t) > max(below) else "loss"  # which edge of its decision it passed
+        clear = f", a clear {kind} after {t.blocks} blocks" if t.decided else ""
         self._note(
             "climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}{clear}; {why}: {workers(nxt)}", self._at(nxt).label()
         )
