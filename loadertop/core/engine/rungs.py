@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loadertop.core.model.results import TrialResult
+
 
 def ladder(counts: Sequence[int], start: int, top: int) -> list[int]:
     """The rungs from `start` up to `top`: each the first count at or past double the one below."""
@@ -31,3 +33,14 @@ def top_above(counts: Sequence[int], n: int) -> int | None:
     """The top of the range when it lies above `n`."""
     options = [m for m in counts if m > n]
     return max(options) if options else None
+
+
+def memory_cap(n: int, t: TrialResult, budget_mb: float | None) -> int | None:
+    """The most workers whose projected memory (rung `n`'s total plus its per-worker cost for each added worker)
+    fits in the budget; None when either is unknown."""
+    if budget_mb is None or n == 0 or t.total_pss_mb is None:
+        return None
+    per_worker = sum(t.worker_uss_mb) / len(t.worker_uss_mb) if t.worker_uss_mb else None
+    if not per_worker or per_worker <= 0:
+        return None
+    return n + int((budget_mb - t.total_pss_mb) // per_worker)

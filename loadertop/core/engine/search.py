@@ -10,8 +10,8 @@ What a planner is asked and the plain planners are in planners.py; the rungs in 
    "cheapest within the noise band of the best", lies between them); then between the best rung and the rung
    above it when that one was slower beyond the noise (2 → 4 skips 3), unless the trusted fit puts the peak at
    the best rung; 3. then the other knobs' values (batch size, prefetch, ...) one at a time at the choice;
-4. measure the finalists again (the choice and its closest rival), alternately, until a sequential test says their
-   difference is significant or within the noise band, or a repeat cap is reached (engine/finalists.py).
+4. measure the finalists again, alternately, on workers kept between their runs, until a sequential test decides
+   or a cap is reached (engine/finalists.py). A rung's trial stops once its decision is clear (_rung_decision).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from collections.abc import Iterator, Sequence
 from loadertop.core.engine.band import choose, merge_repeats, noise_band, within_band
 from loadertop.core.engine.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
-from loadertop.core.engine.rungs import at_least, ladder, top_above
+from loadertop.core.engine.rungs import at_least, ladder, memory_cap, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
 from loadertop.core.engine.usl import fit_usl, past_peak, trusted, workers_to_reach
-from loadertop.core.engine.wording import pct, sps, workers
+from loadertop.core.engine.wording import cpu_text, pct, signed, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
 
@@ -169,10 +169,9 @@ class AdaptivePlanner:
             n = self._next_rung(n, t)
 
     def _rung_decision(self, n: int) -> tuple[float | None, float | None]:
-        """What a rung is measured for: does it gain more than the band over the best rung below (climb on) or not
-        (stop)? Its trial may stop once its blocks are clearly on one side (TrialRequest.decide_below/above): above
-        the band's edge by another tolerance, or below the best rung itself by one. The top of the range and the
-        first rungs run their course: nothing to compare them with, or they may be the answer."""
+        """The edges of a rung's decision (a gain beyond the band over the best rung below, or not), past which its
+        trial may stop (TrialRequest.decide_below/above): the band's edge plus a tolerance, the best rung minus one.
+        The first rungs and the top of the range run their course (nothing to compare; or they may be the answer)."""
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
         if not below or n >= self.counts[-1]:
             return None, None
@@ -205,13 +204,13 @@ class AdaptivePlanner:
                     self._patient = True
                     self._note(
                         "climb",
-                        f"{head}, {_signed(gain)} over {workers(prev.config.num_workers)}, but its spread never "
+                        f"{head}, {signed(gain)} over {workers(prev.config.num_workers)}, but its spread never "
                         f"settled (±{pct(t.spread or 0.0)} over {t.blocks} blocks): one more rung before concluding",
                     )
                     return None
                 flat = self._flat()
                 return (
-                    f"stopped climbing: {head}, {_signed(gain)} over {workers(prev.config.num_workers)} "
+                    f"stopped climbing: {head}, {signed(gain)} over {workers(prev.config.num_workers)} "
                     f"({sps(prev):.0f}), less than the {pct(band)} noise band{flat}"
                 )
             self._patient = False  # a new gain: the next plateau gets its own extra rung
@@ -236,21 +235,21 @@ class AdaptivePlanner:
             elif reach is not None and n < reach < target:
                 target = reach
                 why = f"USL predicts the ceiling is reached at {workers(reach)}, before the next doubling"
-        memory_cap = self._memory_cap(n, t)
-        if memory_cap is not None:
-            self._fits = memory_cap if self._fits is None else min(self._fits, memory_cap)
-        if memory_cap is not None and target > memory_cap:
-            if memory_cap <= n:
+        fits = memory_cap(n, t, self._mem_budget_mb)
+        if fits is not None:
+            self._fits = fits if self._fits is None else min(self._fits, fits)
+        if fits is not None and target > fits:
+            if fits <= n:
                 self._note("stop", f"stopped climbing: more than {workers(n)} would exceed the memory budget")
                 return None
-            target = memory_cap
-            why = f"memory budget ({self._mem_budget_mb:.0f} MB) allows at most {workers(memory_cap)}"
+            target = fits
+            why = f"memory budget ({self._mem_budget_mb:.0f} MB) allows at most {workers(fits)}"
         nxt = at_least(self.counts, target, above=n)
         if nxt is None:
             nxt = top_above(self.counts, n)  # past the top of the range: its last value
         if nxt is None:
             return None
-        cpu = _cpu_text(t, self._cpus)
+        cpu = cpu_text(t, self._cpus)
         below = [sps(r) for r in self._curve() if 1 <= r.config.num_workers < n]
         kind = "gain" if not below or sps(t) > max(below) else "loss"  # which edge of its decision it passed
         clear = f", a clear {kind} after {t.blocks} blocks" if t.decided else ""
@@ -259,16 +258,6 @@ class AdaptivePlanner:
         )
         self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
-
-    def _memory_cap(self, n: int, t: TrialResult) -> int | None:
-        """The most workers whose projected memory (this rung's total plus its per-worker cost for each added
-        worker) fits in the budget; None when either is unknown."""
-        if self._mem_budget_mb is None or n == 0 or t.total_pss_mb is None:
-            return None
-        per_worker = sum(t.worker_uss_mb) / len(t.worker_uss_mb) if t.worker_uss_mb else None
-        if not per_worker or per_worker <= 0:
-            return None
-        return n + int((self._mem_budget_mb - t.total_pss_mb) // per_worker)
 
     # -- 2. refine ------------------------------------------------------------------------------------------
 
@@ -450,14 +439,3 @@ class AdaptivePlanner:
             flat = pct((top - min(xs)) / top)
             return f"; flat within {flat} from {workers(curve[0].config.num_workers)}: no clear knee"
         return ""
-
-
-def _signed(x: float) -> str:
-    return f"{'+' if x >= 0 else '−'}{abs(x) * 100:.1f}%"
-
-
-def _cpu_text(t: TrialResult, cpus: int | None) -> str:
-    if t.cpu_percent is None:
-        return ""
-    of = f"/{cpus}" if cpus else ""
-    return f" (CPU {t.cpu_percent / 100:.1f}{of}, stall {pct(t.stall_fraction or 0.0)})"

@@ -26,3 +26,16 @@ def pct(fraction: float | None, *, signed: bool = False) -> str:
     value = round(value, digits)
     sign = ("+" if value >= 0 else "−") if signed else ("−" if value < 0 else "")
     return f"{sign}{abs(value):.{digits}f}%"
+
+
+def signed(x: float) -> str:
+    """A signed share with one decimal, for the search trace: +3.2%, −16.9%."""
+    return f"{'+' if x >= 0 else '−'}{abs(x) * 100:.1f}%"
+
+
+def cpu_text(t: TrialResult, cpus: int | None) -> str:
+    """A trial's CPU use (of `cpus`) and stall, for the search trace: " (CPU 1.4/2, stall 12%)"."""
+    if t.cpu_percent is None:
+        return ""
+    of = f"/{cpus}" if cpus else ""
+    return f" (CPU {t.cpu_percent / 100:.1f}{of}, stall {pct(t.stall_fraction or 0.0)})"

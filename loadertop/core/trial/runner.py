@@ -22,6 +22,7 @@ import traceback
 from typing import Any
 
 from loadertop.core.model.config import Settings
+from loadertop.core.model.jobs import pid_alive
 from loadertop.core.model.protocol import (
     PROTOCOL_VERSION,
     CeilingRequest,
@@ -88,7 +89,7 @@ def main() -> int:
 def _run_parked(request: TrialRequest) -> None:
     """A run on the workers parked by the last run of this configuration, or a fresh trial that parks after."""
     parked = _PARKING.take(request.config)
-    if parked is not None and not _alive(parked.pid):  # it died while parked (the OOM killer, a signal)
+    if parked is not None and not pid_alive(parked.pid):  # it died while parked (the OOM killer, a signal)
         drop(parked)
         parked = None
     if parked is not None:
@@ -174,16 +175,6 @@ def _reap(trial_pid: int) -> ExitStatus | None:
             return found
         if pid == trial_pid:
             found = (os.WTERMSIG(status), None) if os.WIFSIGNALED(status) else (None, os.WEXITSTATUS(status))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _has_children() -> bool:
