@@ -135,6 +135,7 @@ def test_another_loadertop_version_is_refused(nodes: Nodes, tmp_path: Path) -> N
     assert_nothing_left(nodes)
 
 
+@pytest.mark.slow  # ~4 s, kept out of the default run for time
 def test_a_node_that_fails_its_own_checks_leaves_at_once(nodes: Nodes) -> None:
     nodes.bare(0, ARGS, pieces(nodes, 0))
     nodes.bare(1, [*ARGS, "--compare", str(nodes.folder / "no-such-run")], pieces(nodes, 1))

@@ -52,6 +52,7 @@ async def test_q_on_node_0s_tui_stops_every_node(nodes: Nodes, runs: Path) -> No
 
 
 @sync
+@pytest.mark.slow  # ~8 s; node 1 lost mid-trial is in the default run on the CLI (test_nodes.py)
 async def test_node_1_lost_fails_the_trial_in_node_0s_tui(nodes: Nodes, runs: Path) -> None:
     args = [*ARGS, "--trial-seconds", "30"]
     nodes.bare(1, args, pieces(nodes, 1))

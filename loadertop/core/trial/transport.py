@@ -98,10 +98,14 @@ def measure_transport(settings: Settings, batch: Any, batch_size: int, rows: int
 def _batches_per_s(dataset: NullDataset, batch_size: int, workers: int, pin: bool, budget_s: float) -> tuple:
     """Median batches/s over short blocks once every worker has handed over its first batches, and the spread."""
     from loadertop.core.trial.measure import spread
+    from loadertop.core.trial.procs import DieWithParent
 
     context = "fork" if workers else None
+    # Its workers die with this process, as a trial's do (loader.py): a SIGKILL of loadertop and the runner during
+    # the ceiling left two of them alive for torch's 5 s watchdog.
+    init = DieWithParent(None, direct_child=True) if workers else None
     loader = DataLoader(dataset, batch_size=batch_size, num_workers=workers, pin_memory=pin,
-                        multiprocessing_context=context)  # fmt: skip
+                        multiprocessing_context=context, worker_init_fn=init)  # fmt: skip
     batches = iter(loader)
     try:
         for _ in range(max(2, 2 * workers)):  # start-up: each worker's first prefetched batches
