@@ -1,7 +1,11 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
+import multiprocessing.process
+import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -24,3 +28,37 @@ def no_leftovers() -> Iterator[None]:
     psutil.wait_procs([p for p in me.children(recursive=True) if p.pid not in before], timeout=3)
     left = [p for p in me.children(recursive=True) if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+
+
+class StartedAProcess(RuntimeError):
+    """A test marked `unit` started a subprocess or a process: it belongs to the slower tier."""
+
+
+@pytest.fixture(autouse=True)
+def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`pytest -m unit` is the inner loop: a test marked `unit` may start no subprocess and no DataLoader worker.
+    Enforced, not trusted: starting one raises, and the test fails even if it caught the error.
+    LOADERTOP_UNIT_PROBE=FILE guards every test and lists those that start something in FILE (to mark the tiers)."""
+    probe = os.environ.get("LOADERTOP_UNIT_PROBE")
+    if request.node.get_closest_marker("unit") is None and not probe:
+        yield
+        return
+    started: list[str] = []
+
+    def refuse(what: str) -> Callable[..., Any]:
+        def start(*args: Any, **kwargs: Any) -> Any:
+            started.append(what)
+            raise StartedAProcess(f"a unit test started {what}: mark it by what it starts, not `unit`")
+
+        return start
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", refuse("a subprocess"))
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", refuse("a multiprocessing process"))
+    monkeypatch.setattr(os, "fork", refuse("a fork"))
+    monkeypatch.setattr(os, "posix_spawn", refuse("a spawned process"))
+    yield
+    if probe and started:
+        with open(probe, "a") as f:
+            f.write(request.node.nodeid + "\n")
+    elif started:
+        pytest.fail(f"a unit test started {started[0]}: mark it by what it starts, not `unit`")
