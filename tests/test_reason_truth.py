@@ -18,6 +18,8 @@ from loadertop.core.engine.report import build_report
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Knee, MachineInfo, SweepResult, TrialResult
 
+pytestmark = pytest.mark.unit  # no subprocess, no DataLoader workers
+
 DATA = Path(__file__).parent / "data"
 STEPPING = Settings(start_methods=("fork",), tolerance=0.05, consumer="x.py:step")
 PLAIN = Settings(start_methods=("fork",), tolerance=0.05)

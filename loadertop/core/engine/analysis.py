@@ -2,7 +2,7 @@
 knee of its worker curve, a reason grounded in the numbers, and a ready-to-paste snippet.
 
 Pure analysis over `TrialResult`s: no torch, no UI. samples/s is the comparable unit across batch sizes. The rule
-lives in band.py, the knee in knee.py, each trial's reason in reasons.py."""
+lives in band.py, the knee in knee.py, each trial's reason in reasons.py, what bounds a trial in bound.py."""
 
 from __future__ import annotations
 
