@@ -2,7 +2,7 @@
 knee of its worker curve, a reason grounded in the numbers, and a ready-to-paste snippet.
 
 Pure analysis over `TrialResult`s: no torch, no UI. samples/s is the comparable unit across batch sizes. The rule
-lives in band.py, the knee in knee.py, each trial's reason in reasons.py."""
+lives in band.py, the knee in knee.py, each trial's reason in reasons.py, what bounds a trial in bound.py."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import dataclasses
 from collections.abc import Callable, Sequence
 
 from loadertop.core.engine.band import Noise, choose_merged, equivalent, finished, merge_repeats, noise_band
-from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
-from loadertop.core.engine.reasons import (
-    CONSUMER_BOUND_STALL,
+from loadertop.core.engine.bound import (
+    CONSUMER_BOUND,
+    CPU_BOUND,
     CPU_SATURATED,
-    IO_WAIT_WORKER_CPU,
-    MAIN_PROCESS_BUSY,
+    IO_BOUND,
+    MAIN_BOUND,
+    bound_of,
     capacity,
-    has_cuda,
-    oversubscribed,
-    per_worker_cpu,
 )
+from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
+from loadertop.core.engine.reasons import has_cuda, oversubscribed
 from loadertop.core.engine.transport import transport_reason
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
@@ -46,7 +46,7 @@ def analyze(
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, noise, machine)
     same, close = equivalence(rec, best, curve, noise)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
-    over = oversubscribed(rec, machine, step=bool(settings.consumer))  # --step-ms leaves the CPU threads idle
+    over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
     notes = [note for note in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, over) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
@@ -304,33 +304,35 @@ def _still_rising_reason(rec: TrialResult, band: float, machine: MachineInfo) ->
 
 
 def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine: MachineInfo) -> str:
-    """What bounds a recommendation with workers: the CPUs, the consumer, the main process, I/O or the loader."""
-    nw = rec.config.num_workers
-    saturated = CPU_SATURATED * capacity(machine)
-    if rec.cpu_percent is not None and rec.cpu_percent >= saturated:
-        # The smallest worker count from which every measured count up to the recommendation saturates the CPUs.
+    """What bounds a recommendation with workers, as bound.py decides it: the CPUs, the consumer, the main
+    process, I/O or the loader."""
+    nw, b = rec.config.num_workers, bound_of(rec, machine)
+    if b.kind == CPU_BOUND:
+        # The smallest worker count from which every measured count up to the recommendation is CPU-bound too.
         saturated_from = nw
         for t in reversed([t for t in curve if 0 < t.config.num_workers <= nw]):
-            if t.cpu_percent is None or t.cpu_percent < saturated:
+            if bound_of(t, machine).kind != CPU_BOUND:
                 break
             saturated_from = t.config.num_workers
         return (
-            f"CPU-bound: workers use {rec.cpu_percent / 100:.1f} of {machine.usable_cpus} usable CPUs "
+            f"CPU-bound: workers use {b.cpus or 0:.1f} of {machine.usable_cpus} usable CPUs "
             f"from {workers(saturated_from)} on; {tail}"
         )
-    if rec.stall_fraction is not None and rec.stall_fraction < CONSUMER_BOUND_STALL:
+    if b.kind == CONSUMER_BOUND:
         return (
-            f"consumer-bound: the training loop waits for data {pct(rec.stall_fraction)} of the time at "
+            f"consumer-bound: the training loop waits for data {pct(b.stall)} of the time at "
             f"{workers(nw)}; more workers only add memory; {tail}"
         )
-    if rec.main_cpu_percent is not None and rec.main_cpu_percent >= MAIN_PROCESS_BUSY and rec.stall_fraction:
+    if b.kind == MAIN_BOUND:
         return (
-            f"main-process-bound: the training process is at {rec.main_cpu_percent:.0f}% CPU receiving and "
+            f"main-process-bound: the training process is at {b.main_cpu or 0:.0f}% CPU receiving and "
             f"collating batches at {workers(nw)}; more workers cannot help; {tail}"
         )
-    per_worker = per_worker_cpu(rec)
-    if per_worker is not None and per_worker < IO_WAIT_WORKER_CPU:
-        return f"I/O-bound: workers at {per_worker:.0f}% CPU each; {tail}"
+    if b.kind == IO_BOUND and b.per_worker is not None:
+        return (
+            f"I/O-bound: {b.cpus or 0:.1f} of {machine.usable_cpus} usable CPUs busy, workers at "
+            f"{b.per_worker:.0f}% CPU each; {tail}"
+        )
     stall = f" (stall {pct(rec.stall_fraction)})" if rec.stall_fraction is not None else ""
     return f"loader-bound{stall}: {workers(nw)} {'reaches' if nw == 1 else 'reach'} {sps(rec):.0f} samples/s; {tail}"
 

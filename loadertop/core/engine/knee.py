@@ -70,7 +70,11 @@ def knee(curve: list[TrialResult], tol: float) -> Knee:
     drop = drop_after_peak(curve, tol)
     drop_text = f"; slower again at {workers(drop[0].config.num_workers)} ({pct(drop[1], signed=True)})" if drop else ""
     peak_text = f"the {top:.0f} samples/s peak at {workers(counts[peak_i])}"
-    knee_x = _kneedle(counts[: peak_i + 1], ys[: peak_i + 1])
+    # Kneedle reads diminishing returns of adding workers, from 1 worker on: the 0-worker point is another way of
+    # loading (in the training process), often faster than 1 worker, and read as the curve's start that dip puts
+    # the "knee" on 0 workers even where workers add far more than the band. 0 workers is a knee only by the band.
+    first = next((i for i, n in enumerate(counts) if n > 0), len(counts))
+    knee_x = _kneedle(counts[first : peak_i + 1], ys[first : peak_i + 1])
     if knee_x is not None and sps(curve[counts.index(knee_x)]) < KNEEDLE_MIN_SHARE * top:
         knee_x = None  # a point this far below the peak is where gains are still large, whatever the curvature says
     band_t = next(t for t in curve[: peak_i + 1] if within_band(t, peak, tol))

@@ -1,9 +1,8 @@
 """What bounds a trial, in one phrase from its measured evidence, and how it compares with the best of the sweep.
 
-Categories: epoch-bound (the epoch boundary takes a large share of the time), CPU-bound (all processes together
-near the usable CPUs), consumer-bound (the training step hardly waits: the stall is small), main-process-bound (the
-training process itself is busy receiving, collating or pinning), I/O-bound (workers mostly blocked), memory-bound
-(a guard or the OOM killer stopped it), else loader-bound (more workers may help)."""
+Categories: epoch-bound (the epoch boundary takes a large share of the time), transport-bound (transport.py),
+memory-bound (a guard or the OOM killer stopped it), else the CPU, consumer, main-process, I/O or loader bound that
+bound.py decides from the machine's CPU share (the one place that decides it)."""
 
 from __future__ import annotations
 
@@ -12,16 +11,14 @@ import re
 from collections.abc import Sequence
 
 from loadertop.core.engine.band import merge_repeats, noise_band
+from loadertop.core.engine.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of
 from loadertop.core.engine.transport import consumer_ceilings, transport_phrase
-from loadertop.core.engine.wording import pct
+from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.results import Ceiling, MachineInfo, TrialResult
 
-CPU_SATURATED = 0.85  # fraction of usable CPUs x 100 at which the loader counts as CPU-bound
-CONSUMER_BOUND_STALL = 0.05  # the consumer waits less than this: the loader keeps up
-IO_WAIT_WORKER_CPU = 50.0  # percent of one CPU per worker below which busy-stalled workers are waiting on I/O
 EPOCH_BOUND_SHARE = 0.2  # share of an epoch spent at its boundary from which the boundary is what bounds a trial
-MAIN_PROCESS_BUSY = 90.0  # percent of one CPU: the training process itself is the bottleneck
 _MEMORY_WORDS = re.compile(r"\b(memory|oom|oom-killer|out of memory)\b", re.IGNORECASE)
 
 
@@ -48,7 +45,7 @@ def annotate(
         repeat_of = earlier if earlier != t.index else None
         judged = merged.get(t.config, t) if t.status == "ok" else t
         transport = transport_phrase(judged, ceilings, list(merged.values()), tolerance) if t.status == "ok" else ""
-        reason = trial_reason(judged, machine, peak, tolerance, ceiling, transport, cpu_step)
+        reason = trial_reason(judged, machine, peak, tolerance, ceiling, transport, cpu_step, list(merged.values()))
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
         out.append(
@@ -70,17 +67,18 @@ def trial_reason(
     ceiling: float | None = None,
     transport: str = "",
     cpu_step: bool = False,
+    measured: Sequence[TrialResult] = (),
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
     the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
-    (engine/transport.py)."""
+    (engine/transport.py); `measured` (finished, repeats merged) is what its advice is checked against."""
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
     phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
     if trial.config.pin_memory and not has_cuda(machine):
         phrase += ", pinning not measured (no CUDA)"
-    over = oversubscribed(trial, machine, step=cpu_step)
+    over = oversubscribed(trial, machine, cpu_step, measured, tolerance)
     if over:
         phrase += f", {over}"
     if ceiling and trial.samples_per_s is not None:
@@ -110,37 +108,40 @@ def _epoch_bound(trial: TrialResult) -> str | None:
 
 
 def _bound(trial: TrialResult, machine: MachineInfo) -> str:
-    """What bounds a finished trial within its steady window: the CPUs, the consumer, the main process, I/O or
-    the loader."""
-    stall, main = trial.stall_fraction, trial.main_cpu_percent
-    if trial.cpu_percent is not None and trial.cpu_percent >= CPU_SATURATED * capacity(machine):
-        return f"CPU-bound ({trial.cpu_percent / 100:.1f}/{machine.usable_cpus} CPUs)"
-    if stall is None:
-        if trial.cpu_percent is not None:
-            return f"{trial.cpu_percent / 100:.1f}/{machine.usable_cpus} CPUs"
-        return "no CPU or stall data"
-    if stall < CONSUMER_BOUND_STALL:
-        return f"consumer-bound (stall {pct(stall)})"
-    if main is not None and main >= MAIN_PROCESS_BUSY:
+    """What bounds a finished trial within its steady window, as bound.py decides it, in the table's words."""
+    b, cpus = bound_of(trial, machine), machine.usable_cpus
+    of = f"{b.cpus:.1f}/{cpus} CPUs" if b.cpus is not None else ""
+    if b.kind == CPU_BOUND:
+        return f"CPU-bound ({of})"
+    if b.kind is None:
+        return of or "no CPU or stall data"
+    stall = pct(b.stall)
+    if b.kind == CONSUMER_BOUND:
+        return f"consumer-bound (stall {stall})"
+    if b.kind == MAIN_BOUND:
         doing = "loading in the training process" if trial.config.num_workers == 0 else "receiving and collating"
-        return f"main-process-bound ({doing} at {main:.0f}% CPU, stall {pct(stall)})"
-    per_worker = per_worker_cpu(trial)
-    if per_worker is not None and per_worker < IO_WAIT_WORKER_CPU:
-        return f"I/O-bound (workers at {per_worker:.0f}% CPU each)"
-    if trial.config.num_workers == 0 and main is not None and main < IO_WAIT_WORKER_CPU and stall >= 0.5:
-        # Mostly loading (a large stall), yet mostly idle: the loading itself waits. (A low CPU with a small stall
-        # is just the training step's time.)
-        return f"I/O-bound (the training process waits, at {main:.0f}% CPU)"
-    return f"loader-bound (stall {pct(stall)})"
+        return f"main-process-bound ({doing} at {b.main_cpu:.0f}% CPU, stall {stall})"
+    if b.kind == IO_BOUND and b.per_worker is not None:
+        return f"I/O-bound ({of}, workers at {b.per_worker:.0f}% CPU each)"
+    if b.kind == IO_BOUND:
+        return f"I/O-bound (the training process waits, at {b.main_cpu:.0f}% CPU)"
+    return f"loader-bound (stall {stall})"
 
 
-def oversubscribed(trial: TrialResult, machine: MachineInfo, step: bool) -> str:
+def oversubscribed(
+    trial: TrialResult,
+    machine: MachineInfo,
+    step: bool,
+    measured: Sequence[TrialResult] = (),
+    tolerance: float = 0.05,
+) -> str:
     """'oversubscribed: 2 workers × 1 thread + 2 main-process threads = 4 > 2 usable CPUs (try ...)' when the
     threads that compute at once outnumber the usable CPUs: each worker's intra-op threads (torch's 1 unless
     --worker-threads), and, when a training `step` computes on the CPU beside the loader (--consumer; --step-ms
     sleeps, or runs a GPU kernel, leaving the CPU threads idle), the training process's own, per rank.
     Without a step only extra worker threads count: more single-threaded workers than CPUs is the CPU-bound
-    reason's business. Else ""."""
+    reason's business. A fix the `measured` (finished, repeats merged) trials already tried and found slower is
+    not advised: it is said as the fact it is. Else ""."""
     nw, per = trial.config.num_workers, trial.config.worker_threads or 1
     main = (trial.main_threads or 0) if step else 0
     if trial.status != "ok" or (step and trial.main_threads is None) or (not step and per <= 1):
@@ -154,8 +155,43 @@ def oversubscribed(trial: TrialResult, machine: MachineInfo, step: bool) -> str:
     count = " + ".join(terms) if ranks == 1 else f"{ranks} ranks × ({' + '.join(terms)})"
     fit = max(1, cpus // ranks - nw * per)  # what the training process may keep beside its workers
     fixes = [f"torch.set_num_threads({fit}) in the training process"] if main and fit < main else []
-    fixes += (["fewer worker threads"] if per > 1 else []) + (["fewer workers"] if nw else [])
-    return f"oversubscribed: {count} = {total} > {cpus} usable CPUs (try {' or '.join(fixes)})"
+    facts = []
+    for fix, knob in (("fewer worker threads", "worker_threads"), ("fewer workers", "num_workers")):
+        if (knob == "worker_threads" and per <= 1) or (knob == "num_workers" and not nw):
+            continue
+        slower = _measured_slower(trial, _fewer(trial, measured, knob), tolerance)
+        if slower:
+            facts.append(f"{fix} measured slower ({slower})")
+        else:
+            fixes.append(fix)
+    text = f"oversubscribed: {count} = {total} > {cpus} usable CPUs"
+    text += f" (try {' or '.join(fixes)})" if fixes else ""
+    return text + (f", yet {' and '.join(facts)}" if facts else "")
+
+
+def _fewer(trial: TrialResult, measured: Sequence[TrialResult], knob: str) -> list[TrialResult]:
+    """The measured configurations that differ from `trial` only in fewer workers (on its curve) or fewer worker
+    threads (None is torch's 1)."""
+    c = trial.config
+    if knob == "num_workers":
+        return [t for t in measured if t.config.num_workers < c.num_workers and on_curve(t.config, curve_key(c))]
+    per = c.worker_threads or 1
+    same = [t for t in measured if dataclasses.replace(t.config, worker_threads=c.worker_threads) == c]
+    return [t for t in same if (t.config.worker_threads or 1) < per]
+
+
+def _measured_slower(trial: TrialResult, fewer: list[TrialResult], tolerance: float) -> str:
+    """'1 worker: 329, 0 workers: 375 vs 486 samples/s' when every one of `fewer` measured slower than `trial` by
+    more than their noise band (the fix was tried and lost); '' when none was measured or one kept up."""
+    if not fewer or any(sps(t) >= sps(trial) * (1.0 - noise_band(tolerance, t, trial)) for t in fewer):
+        return ""
+    fewer = sorted(fewer, key=lambda t: (-t.config.num_workers, -(t.config.worker_threads or 1)))
+    if all(t.config.num_workers == trial.config.num_workers for t in fewer):
+        names = [f"{t.config.worker_threads or 1} thread{_s(t.config.worker_threads or 1)}" for t in fewer]
+    else:
+        names = [workers(t.config.num_workers) for t in fewer]
+    listed = ", ".join(f"{name}: {sps(t):.0f}" for name, t in zip(names, fewer, strict=True))
+    return f"{listed} vs {sps(trial):.0f} samples/s"
 
 
 def _s(n: int) -> str:
@@ -176,17 +212,3 @@ def _memory_related(text: str) -> bool:
 def has_cuda(machine: MachineInfo) -> bool:
     """Whether the machine has a GPU to pin memory for (without one, pin_memory=True does nothing)."""
     return bool(machine.gpus)
-
-
-def capacity(machine: MachineInfo) -> float:
-    """The usable CPUs in percent of one CPU, the unit of `cpu_percent`."""
-    return max(1, machine.usable_cpus) * 100.0
-
-
-def per_worker_cpu(t: TrialResult) -> float | None:
-    """The workers' CPU (all processes less the main one) per worker, in percent of one CPU."""
-    nw = t.config.num_workers
-    if nw <= 0 or t.cpu_percent is None:
-        return None
-    workers_cpu = t.cpu_percent - (t.main_cpu_percent or 0.0) if t.main_cpu_percent is not None else t.cpu_percent
-    return max(0.0, workers_cpu) / nw

@@ -1,0 +1,89 @@
+"""Every clause of a result's reasons read back against its own table: a clause that the measurements beside it
+contradict is a finding. Independent of the engine's thresholds where it can be (the numbers are the issue's), so it
+judges the engine rather than repeating it. Used by test_reason_truth.py; an end-to-end test may call it too."""
+
+from __future__ import annotations
+
+import re
+
+from loadertop.core.engine.band import merge_repeats, noise_band
+from loadertop.core.model.curves import curve_key, on_curve
+from loadertop.core.model.results import SweepResult, TrialResult
+
+BUSY = 0.75  # a trial whose processes used this share of the usable CPUs or more is not waiting on I/O
+IDLE = 0.5  # nor CPU-bound below this share
+SLOWER_AGAIN = re.compile(r"slower again at (\d+) workers? \(([−+])([\d.]+)%\)")
+ARE_SLOWER = re.compile(r"are slower \((\d+) vs (\d+) samples/s")
+NO_SPEED = re.compile(r"no speed \((\d+) vs (\d+) samples/s, within ([\d.]+)%\)")
+
+
+def contradictions(result: SweepResult) -> list[str]:
+    """Each clause of the trials' reasons, the knee's and the recommendation's that the table contradicts."""
+    ok = merge_repeats([t for t in result.trials if t.status == "ok" and t.samples_per_s is not None])
+    tol, cpus = result.settings.tolerance, max(1, result.machine.usable_cpus)
+    found: list[str] = []
+    for t in ok:
+        found += [f"#{t.index} w={t.config.num_workers}: {p}" for p in _clauses(t, t.reason, ok, tol, cpus)]
+    rec = result.recommendation
+    if rec is not None:
+        chosen = next(t for t in ok if t.config == rec.config)
+        found += [f"recommendation: {p}" for p in _clauses(chosen, rec.reason, ok, tol, cpus)]
+        found += [f"recommendation: {p}" for p in _comparisons(rec.reason)]
+        curve = [t for t in ok if on_curve(t.config, curve_key(rec.config))]
+        if result.knee is not None:
+            found += [f"knee: {p}" for p in _knee(result, curve, tol)]
+            found += [f"knee: {p}" for p in _slower_again(result.knee.reason, curve)]
+        found += [f"recommendation: {p}" for p in _slower_again(rec.reason, curve)]
+    return found
+
+
+def _clauses(t: TrialResult, reason: str, ok: list[TrialResult], tol: float, cpus: int) -> list[str]:
+    problems = []
+    share = (t.cpu_percent or 0.0) / (100.0 * cpus) if t.cpu_percent is not None else None
+    if "I/O-bound" in reason and share is not None and share >= BUSY:
+        problems.append(f"'I/O-bound' at {share:.0%} of the usable CPUs: {reason}")
+    if reason.startswith("CPU-bound") and share is not None and share < IDLE:
+        problems.append(f"'CPU-bound' at {share:.0%} of the usable CPUs: {reason}")
+    if "try fewer workers" in reason or ("try " in reason and "or fewer workers" in reason):
+        key = curve_key(t.config)
+        fewer = [o for o in ok if o.config.num_workers < t.config.num_workers and on_curve(o.config, key)]
+        if fewer and all(_sps(o) < _sps(t) * (1.0 - noise_band(tol, o, t)) for o in fewer):
+            measured = ", ".join(f"{o.config.num_workers}: {_sps(o):.0f}" for o in fewer)
+            problems.append(f"'try fewer workers' when fewer measured slower ({measured} vs {_sps(t):.0f}): {reason}")
+    return problems
+
+
+def _comparisons(reason: str) -> list[str]:
+    problems = [f"'are slower' with {a} ≥ {b}" for a, b in ARE_SLOWER.findall(reason) if int(a) >= int(b)]
+    for a, b, band in NO_SPEED.findall(reason):
+        if int(a) > int(b) * (1.0 + float(band) / 100.0) + 1:
+            problems.append(f"'no speed' when {a} beats {b} by more than {band}%")
+    return problems
+
+
+def _knee(result: SweepResult, curve: list[TrialResult], tol: float) -> list[str]:
+    knee = result.knee
+    if knee is None or knee.num_workers is None or not curve:
+        return []
+    peak = max(curve, key=_sps)
+    at = [t for t in curve if t.config.num_workers == knee.num_workers]
+    if not at:
+        return [f"the knee at {knee.num_workers} workers was not measured on the recommended curve"]
+    k = at[0]
+    if knee.num_workers == 0 and _sps(k) < _sps(peak) * (1.0 - noise_band(tol, k, peak)):
+        return [f"knee at 0 workers ({_sps(k):.0f}) while workers add more than the band ({_sps(peak):.0f})"]
+    return []
+
+
+def _slower_again(text: str, curve: list[TrialResult]) -> list[str]:
+    problems = []
+    top = max((_sps(t) for t in curve), default=0.0)
+    for n, sign, _ in SLOWER_AGAIN.findall(text):
+        at = [t for t in curve if t.config.num_workers == int(n)]
+        if sign != "−" or not at or _sps(at[0]) >= top:
+            problems.append(f"'slower again at {n} workers' when {n} workers measured {_sps(at[0]) if at else '–'}")
+    return problems
+
+
+def _sps(t: TrialResult) -> float:
+    return float(t.samples_per_s or 0.0)

@@ -1,0 +1,184 @@
+"""Issue 22 items 4 and 5: advice and labels that the measurements beside them contradict.
+
+Results are built by hand (no trials run) from the issue's own numbers, and two recorded runs are judged again; the
+reasons come from the engine's one conclusion (engine/outcome.conclude), as every face shows them."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from reason_checks import contradictions
+
+from loadertop.core.engine.bound import CPU_BOUND, IO_BOUND, LOADER_BOUND, bound_of
+from loadertop.core.engine.outcome import conclude
+from loadertop.core.engine.report import build_report
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.results import Knee, MachineInfo, SweepResult, TrialResult
+
+pytestmark = pytest.mark.unit  # no subprocess, no DataLoader workers
+
+DATA = Path(__file__).parent / "data"
+STEPPING = Settings(start_methods=("fork",), tolerance=0.05, consumer="x.py:step")
+PLAIN = Settings(start_methods=("fork",), tolerance=0.05)
+
+
+def machine(cpus: int = 2) -> MachineInfo:
+    return MachineInfo("box", "linux", "3.12", "2.6", cpus, cpus, None, 64000.0, 32000.0, None, None, "fork")
+
+
+def trial(i: int, w: int, sps: float, cpu: float, main: float, stall: float, *, pss: float = 0.0) -> TrialResult:
+    config = TrialConfig(w, 32, 2 if w else None, False, False, "fork" if w else None)
+    return TrialResult(
+        index=i, config=config, status="ok", samples_per_s=sps, batches_per_s=sps / 32, spread=0.02,
+        stall_fraction=stall, cpu_percent=cpu, main_cpu_percent=main, main_threads=1,
+        total_pss_mb=pss or 400.0 + 150.0 * w,
+    )  # fmt: skip
+
+
+# The issue's first hour on 2 CPUs: 0 and 1 worker slower than 2 (375, 329 vs 486); 8 workers share the two
+# saturated cores (152% in all, 14% per worker).
+FIRST_HOUR = [
+    trial(0, 0, 375.0, 98.0, 98.0, 0.60),
+    trial(1, 1, 329.0, 120.0, 40.0, 0.55),
+    trial(2, 2, 486.0, 190.0, 45.0, 0.20),
+    trial(3, 4, 480.0, 185.0, 45.0, 0.25),
+    trial(4, 8, 470.0, 152.0, 40.0, 0.30),
+]
+# Genuinely waiting: 8 CPUs mostly idle while the training loop stalls.
+IO_WAITING = [trial(i, w, 90.0 * w, 10.0 + 8.0 * w, 8.0, 0.8) for i, w in enumerate((1, 2, 4, 8, 16))]
+IO_WAITING[-1] = dataclasses.replace(IO_WAITING[-1], samples_per_s=760.0)  # flat past 8: 720 vs 760
+# CPU-bound from 2 workers on a 2-CPU machine, with no training step on the CPU.
+SATURATING = [
+    trial(0, 0, 100.0, 100.0, 100.0, 0.6),
+    trial(1, 1, 95.0, 110.0, 15.0, 0.6),
+    trial(2, 2, 190.0, 185.0, 20.0, 0.3),
+    trial(3, 4, 195.0, 196.0, 20.0, 0.3),
+    trial(4, 8, 185.0, 198.0, 20.0, 0.3),
+]
+
+
+def judged(trials: list[TrialResult], settings: Settings = STEPPING, cpus: int = 2) -> SweepResult:
+    return conclude(trials, settings, machine(cpus)).result
+
+
+# -- 22.4: advice ---------------------------------------------------------------------------------------------------
+
+
+def test_the_recommendation_does_not_advise_fewer_workers_that_measured_slower() -> None:
+    result = judged(FIRST_HOUR)
+    rec = result.recommendation
+    assert rec is not None and rec.config.num_workers == 2
+    assert "oversubscribed: 2 workers × 1 thread + 1 main-process thread = 3 > 2 usable CPUs" in rec.reason
+    assert "fewer workers" not in rec.reason.replace("fewer workers measured slower", "")
+    assert "yet fewer workers measured slower (1 worker: 329, 0 workers: 375 vs 486 samples/s)" in rec.reason
+    row = next(t for t in result.trials if t.config.num_workers == 2)
+    assert "try fewer workers" not in row.reason and "fewer workers measured slower" in row.reason
+
+
+def test_advice_stays_where_the_measurements_support_it() -> None:
+    # The 8-worker row: 2 and 4 workers kept up (486, 480 vs 470), so fewer workers is sound advice there.
+    row = next(t for t in judged(FIRST_HOUR).trials if t.config.num_workers == 8)
+    assert "(try fewer workers)" in row.reason
+    # Nothing measured below: the advice is untried, not contradicted.
+    alone = judged([dataclasses.replace(t, index=i) for i, t in enumerate(FIRST_HOUR[2:])])
+    assert alone.recommendation is not None and "(try fewer workers)" in alone.recommendation.reason
+
+
+# -- 22.5: labels ---------------------------------------------------------------------------------------------------
+
+
+def test_eight_workers_sharing_two_saturated_cores_are_cpu_bound_not_io_bound() -> None:
+    row = next(t for t in judged(FIRST_HOUR).trials if t.config.num_workers == 8)
+    assert row.reason.startswith("CPU-bound (1.5/2 CPUs)"), row.reason
+    assert "I/O-bound" not in row.reason
+    # The same trial as the recommendation (a sweep of 8 workers alone) says the same.
+    alone = judged([dataclasses.replace(FIRST_HOUR[-1], index=0)], PLAIN)
+    assert alone.recommendation is not None and alone.recommendation.reason.startswith("CPU-bound: workers use 1.5")
+
+
+def test_waiting_workers_on_an_idle_machine_are_still_io_bound() -> None:
+    result = judged(IO_WAITING, PLAIN, cpus=8)
+    assert all(t.reason.startswith("I/O-bound (") for t in result.trials), [t.reason for t in result.trials]
+    assert result.recommendation is not None and result.recommendation.reason.startswith("I/O-bound: ")
+
+
+@pytest.mark.parametrize(
+    ("workers", "cpu", "main", "cpus", "kind"),
+    [
+        (8, 152.0, 40.0, 2, CPU_BOUND),  # the issue's row: 76% of the machine
+        (8, 60.0, 20.0, 2, IO_BOUND),  # 30% of the machine: waiting
+        (1, 105.0, 5.0, 8, LOADER_BOUND),  # one worker at 100% of its CPU, 7 CPUs idle: more workers help
+        (1, 35.0, 5.0, 8, IO_BOUND),  # one worker at 30%: waiting
+        (4, 260.0, 20.0, 4, LOADER_BOUND),  # 65% of the machine, 60% per worker: neither saturated nor idle
+    ],
+)
+def test_one_function_decides_the_label_for_the_table_and_the_recommendation(workers, cpu, main, cpus, kind) -> None:
+    t = trial(0, workers, 500.0, cpu, main, 0.4)
+    assert bound_of(t, machine(cpus)).kind == kind
+    result = judged([t], PLAIN, cpus)
+    assert result.trials[0].reason.startswith(kind)
+    assert result.recommendation is not None and result.recommendation.reason.startswith(kind)
+
+
+# -- 22.5: the knee -------------------------------------------------------------------------------------------------
+
+
+def test_the_knee_is_not_at_zero_workers_when_workers_add_more_than_the_band() -> None:
+    result = judged(FIRST_HOUR)
+    assert result.knee is not None and result.knee.num_workers == 2, result.knee
+    assert "gains flatten at 0 workers" not in result.knee.reason
+    # Every face marks the engine's one knee: the report's ◆ row is that knee's row.
+    marked = [row.config.num_workers for row in build_report(result).rows if row.knee]
+    assert marked == [2]
+
+
+def test_a_knee_at_zero_workers_remains_where_workers_add_nothing() -> None:
+    points = ((0, 400.0), (1, 300.0), (2, 390.0), (4, 395.0))  # workers add nothing over 0 (within 5%)
+    flat_after_zero = [trial(i, w, s, 100.0, 60.0, 0.5) for i, (w, s) in enumerate(points)]
+    knee = judged(flat_after_zero, PLAIN).knee
+    assert knee is not None and knee.num_workers in (0, None), knee
+
+
+# -- 4: no reason clause contradicts the table ----------------------------------------------------------------------
+
+
+def _recorded(name: str) -> SweepResult:
+    recorded = SweepResult.from_dict(json.loads((DATA / name).read_text()))
+    trials = [dataclasses.replace(t, reason="") for t in recorded.trials]
+    return conclude(trials, recorded.settings, recorded.machine, ceilings=recorded.ceilings).result
+
+
+CASES = {
+    "first hour (2 CPUs, a consumer)": lambda: judged(FIRST_HOUR),
+    "first hour without the consumer": lambda: judged(FIRST_HOUR, PLAIN),
+    "I/O-bound on 8 CPUs": lambda: judged(IO_WAITING, PLAIN, cpus=8),
+    "saturating 2 CPUs, a consumer": lambda: judged(SATURATING),
+    "recorded_result.json": lambda: _recorded("recorded_result.json"),
+    "previous_result.json": lambda: _recorded("previous_result.json"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_no_reason_clause_contradicts_the_table(case: str) -> None:
+    assert contradictions(CASES[case]()) == []
+
+
+def test_the_checker_finds_the_sentences_the_issue_found() -> None:
+    # The issue's own sentences, beside its own numbers: each is found (a checker that finds nothing proves nothing).
+    result = judged(FIRST_HOUR)
+    rows = [dataclasses.replace(t, reason="I/O-bound (workers at 14% CPU each)") if t.config.num_workers == 8 else t
+            for t in result.trials]  # fmt: skip
+    rec = result.recommendation
+    assert rec is not None
+    said = dataclasses.replace(
+        rec, reason="CPU-bound: ...; oversubscribed: 3 > 2 CPUs (try fewer workers); slower again at 4 workers (+3%)"
+    )
+    knee = Knee(0, "kneedle", "gains flatten at 0 workers (375 samples/s, 77% of the 486 samples/s peak at 2 workers)")
+    found = contradictions(dataclasses.replace(result, trials=tuple(rows), recommendation=said, knee=knee))
+    assert any("'I/O-bound' at 76%" in f for f in found), found
+    assert any("'try fewer workers' when fewer measured slower" in f for f in found), found
+    assert any("knee at 0 workers" in f for f in found), found
+    assert any("'slower again at 4 workers'" in f for f in found), found
