@@ -143,12 +143,15 @@ async def test_a_row_rerun_says_what_it_measured(tmp_path: Path) -> None:
 # ---- the highlighted row, without colour ---------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
 @sync
-async def test_the_highlighted_row_has_a_symbol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_highlighted_row_has_a_symbol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: tuple[int, int]
+) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     factory = FakeSweepFactory(tmp_path)
     app = make_app(SETTINGS, sweep_factory=factory)
-    async with app.run_test(size=(120, 40)) as pilot:
+    async with app.run_test(size=size) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         await pilot.pause()
         table = app.query_one(ResultsTable)
@@ -181,7 +184,8 @@ async def test_the_help_screen_fits_80x24(tmp_path: Path) -> None:
             assert binding.tooltip and binding.tooltip in text  # type: ignore[union-attr]
         for pane in ("Header", "GPU", "Memory", "Throughput", "Table"):
             assert f"│ {pane} " in text
-        assert "? or q closes this" in text and "╰" in text.splitlines()[-1]
+        assert "? or q closes." in text and "docs/tui.md" in text
+        assert sum(line.startswith(("╭", "╰")) for line in text.splitlines()) == 2  # both of its borders on screen
 
 
 # ---- notices at the start -----------------------------------------------------------------------------------

@@ -44,6 +44,7 @@ PANES_HELP = (
     ),
 )
 # One line each at 80 columns (64 characters beside the names): what the help shows below 40 rows.
+TALL = 40  # rows from which the panes' full text is shown
 PANES_SHORT = (
     ("Header", "the machine, progress; at the end ★ the pick and its snippet"),
     ("GPU", "utilization now / avg / max; without NVML, consumer-busy %"),
@@ -76,8 +77,6 @@ class HelpScreen(ModalScreen[None]):
         border: round $accent; background: $surface; padding: 0 1;
     }
     HelpScreen .heading { margin-top: 1; }
-    HelpScreen.-short .long, HelpScreen.-h24 .long { display: none; }
-    HelpScreen.-h40 .short { display: none; }
     """
 
     def __init__(
@@ -97,14 +96,12 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Content.styled("Keys", "bold $accent"))
             yield Static(_table(keys), id="help-keys")
             yield Static(Content.styled("Panes", "bold $accent"), classes="heading")
-            if self.short is None:
-                yield Static(_table(self.panes), id="help-panes")
-            else:
-                yield Static(_table(self.panes), id="help-panes", classes="long")
-                yield Static(_table(self.short), id="help-panes-short", classes="short")
+            # Chosen once, for the size the screen opens at (breakpoint classes arrive after the first layout).
+            tall = self.short is None or self.app.size.height >= TALL
+            yield Static(_table(self.panes if tall else self.short), id="help-panes")
             yield Static(
                 Content.styled(
-                    "No key needs Esc, Alt or Ctrl. ? or q closes this. More, and SSH or tmux: docs/tui.md.", "dim"
+                    "No key needs Esc, Alt or Ctrl; ? or q closes. More: docs/tui.md", "dim"
                 ),
                 classes="heading",
             )

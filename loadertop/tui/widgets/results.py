@@ -123,13 +123,13 @@ class ResultsTable(DataTable):
         # The cursor follows the state's selection (the user's row, or the recommendation at the end).
         keep = self.state.selected or self.selected_config()
         self.clear()
+        self._pointed = None  # the rows are new; adding the first one may move the cursor (and POINTER) to it
         rows = {row.config: row for row in self.state.rows}
         self.configs = ordered(rows)
         report = live_report(self.state)  # built here: on a trial's start or end, not per sample
         theme = self.app.theme_variables
         for config in self.configs:
             self.add_row(*self._cells(rows[config], report, theme), key=str(len(self.rows)))
-        self._pointed = None
         if keep in self.configs:
             self.move_cursor(row=self.configs.index(keep), animate=False)
         self._point(self.cursor_row)
