@@ -57,7 +57,8 @@ class Growing:
                 yield from OPENING
                 continue
             if isinstance(event, TrialLaunched) and event.index >= first:
-                yield Notice("info", f"search (repeat): {event.config.label()} again, a finalist", event.index, "repeat")
+                said = f"search (repeat): {event.config.label()} again, a finalist"
+                yield Notice("info", said, event.index, "repeat")
             if isinstance(event, TrialLaunched | TrialStarted):
                 event = replace(event, total=max(first, event.index + 1))
             yield event
@@ -83,7 +84,8 @@ def header(app: LoadertopApp) -> str:
 @pytest.mark.unit
 def test_the_count_says_how_much_the_search_added_and_why() -> None:
     count = TrialCount()
-    sweep = FakeSweep(SETTINGS, None, None, machine=FakeSweepFactory(Path(".")).machine, run_dir=Path("."), repeat=(4, 2))
+    machine = FakeSweepFactory(Path(".")).machine
+    sweep = FakeSweep(SETTINGS, None, None, machine=machine, run_dir=Path("."), repeat=(4, 2))
     counters = []
     for event in Growing(sweep).events():
         count.apply(event)

@@ -83,7 +83,7 @@ class HeaderPane(Pane[SweepState]):
                 parts.append(self._grown())
                 parts.append(f" {config.label()}")
             else:
-                parts.append(f"starting ({state.total} trials planned)")
+                parts.append(f"starting ({_trials(state.total)} planned)")
             parts.append(f" · {fmt.clock(state.t)} elapsed · ~{fmt.clock(state.eta())} left")
             if state.only:
                 parts.append(" · row rerun")
