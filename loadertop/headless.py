@@ -20,7 +20,18 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from loadertop.core.engine import HEADERS, NodeLink, Report, Sweep, build_report, num, pct, write_csv, write_json
+from loadertop.core.engine import (
+    HEADERS,
+    NodeLink,
+    Report,
+    Sweep,
+    TrialCount,
+    build_report,
+    num,
+    pct,
+    write_csv,
+    write_json,
+)
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import (
     Event,
@@ -39,8 +50,9 @@ HOLD_S = 5.0  # the longest the opening lines wait for the first trial once the 
 CHECK_HOLD_S = 120.0  # ... and for the dataset check itself (a runner importing torch on a busy machine)
 
 
-def trial_line(trial: TrialResult, total: int) -> str:
-    head = f"[{trial.index + 1}/{max(total, trial.index + 1)}] {trial.config.label():<28}"  # skipped ones go past
+def trial_line(trial: TrialResult, counter: str) -> str:
+    """`counter` is TrialCount.counter(): '3/8', or '9/9 (8 planned +1 refine)' once the search has added trials."""
+    head = f"[{counter}] {trial.config.label():<28}"
     if trial.status != "ok":
         return f"{head} {trial.status}: {trial.error}"
     return (
@@ -155,7 +167,7 @@ class Reporter:
         self.err = Console(file=self.terminals[1], highlight=False, stderr=True, soft_wrap=True)  # type: ignore[arg-type]
         self.live = err.isatty()
         self.previous = previous
-        self.total = 0
+        self.count = TrialCount()  # the engine's count: the total so far and what the search added to the plan
         self.progress: Progress | None = None
         self.task = None
         self._held: list[Event] | None = []
@@ -187,21 +199,23 @@ class Reporter:
     def handle(self, event: Event) -> None:
         if self._hold(event):
             return
+        if self.count.apply(event) and self.progress is not None and self.task is not None:
+            self.progress.update(self.task, total=self.count.total)
         if isinstance(event, SweepStarted):
-            self.total = len(event.planned)
             self.err.print(f"loadertop: {event.machine.summary()}")
-            self.err.print(f"loadertop: {self.total} trials of {event.settings.dataset}; run folder {event.run_dir}")
+            planned = f"{self.count.planned} trials planned for {event.settings.dataset}"
+            self.err.print(f"loadertop: {planned}; run folder {event.run_dir}")
             if self.live:
                 self.progress = Progress(
                     TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                     TimeElapsedColumn(), console=self.err, transient=True,
                 )  # fmt: skip
                 self.progress.start()
-                self.task = self.progress.add_task("starting the runner", total=self.total)
+                self.task = self.progress.add_task("starting the runner", total=self.count.total)
         elif isinstance(event, TrialProgress) and self.progress is not None and self.task is not None:
             self.progress.update(self.task, description=f"trial {event.index + 1}: {event.samples_per_s:.0f} samples/s")
         elif isinstance(event, TrialFinished):
-            line = trial_line(event.result, self.total)
+            line = trial_line(event.result, self.count.counter(event.result.index))
             if self.progress is not None and self.task is not None:
                 self.progress.console.print(line, markup=False)
                 self.progress.advance(self.task)

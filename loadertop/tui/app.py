@@ -34,7 +34,7 @@ from loadertop.tui.state import SweepState
 from loadertop.tui.sweep_api import SweepFactory, SweepLike, engine_factory
 from loadertop.tui.widgets.gpu import GpuPane
 from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.help import HelpScreen
+from loadertop.tui.widgets.help import PANES_SHORT, HelpScreen
 from loadertop.tui.widgets.memory import MemoryPane
 from loadertop.tui.widgets.nodes import NodesPane
 from loadertop.tui.widgets.pane import Pane
@@ -203,10 +203,11 @@ class LoadertopApp(App[None]):
         self._dirty |= self.state.apply(event)
         if isinstance(event, SweepStarted) and not self.state.only:
             self.settings = replace(self.settings, workers=event.settings.workers)
-        if isinstance(event, Notice):
-            severity: SeverityLevel = event.level if event.level in ("warning", "error") else "information"
-            # The search trace is informative but frequent: brief toasts, so the table stays readable.
-            self.notify(event.message, severity=severity, timeout=8 if severity != "information" else 3)
+        if isinstance(event, Notice) and event.level in ("warning", "error"):
+            # Info notices (the search trace, the ceilings) go to the header's notice line, not to toasts: a burst of
+            # them at the start covered the table. Warnings and errors stay in the header too; the toast calls them out.
+            severity: SeverityLevel = "error" if event.level == "error" else "warning"
+            self.notify(event.message, severity=severity, timeout=8)
         if isinstance(event, (ProbeSample, TrialProgress)):
             return  # high rate: the timer redraws
         self.flush()
@@ -394,7 +395,7 @@ class LoadertopApp(App[None]):
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
             return
-        self.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)]))
+        self.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)], short=PANES_SHORT))
 
     async def action_quit(self) -> None:
         """Quit now: cancel the running trial (the engine has its processes gone within 2 s)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loadertop.core.engine import TrialCount
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.curves import family_key
 from loadertop.core.model.events import (
@@ -66,7 +67,8 @@ class SweepState:
         self.live: TrialTrace | None = None
         self.last: TrialTrace | None = None
         self.selected: TrialConfig | None = None
-        self.total = 0
+        self.count = TrialCount()  # the engine's count: the total so far and what the search added to the plan
+        self.measured: list[TrialResult] = []  # what this sweep measured (a row rerun's own trials)
         self.current: int | None = None
         self.t = 0.0
         self.finish_times: list[float] = []
@@ -97,6 +99,10 @@ class SweepState:
         if self.running and not self.only:
             return None
         return self.result.recommendation if self.result else None
+
+    @property
+    def total(self) -> int:
+        return self.count.total
 
     def finished_count(self) -> int:
         return len(self.finish_times)
@@ -192,6 +198,10 @@ class SweepState:
     # ---- writing: the engine's events ------------------------------------------------------------
 
     def apply(self, event: Event) -> set[str]:
+        counted = {"header"} if self.count.apply(event) else set()
+        return counted | self._apply(event)
+
+    def _apply(self, event: Event) -> set[str]:
         if isinstance(event, ProbeSample):
             return self._probe(event)
         if isinstance(event, TrialProgress):
@@ -217,7 +227,7 @@ class SweepState:
         self.phase = "running"
         self.t = 0.0
         self.finish_times = []
-        self.total = len(event.planned)
+        self.measured = []
         self.current = None
         self.live = None
         self.busy_recent = []
@@ -242,7 +252,6 @@ class SweepState:
     def _trial_started(self, event: TrialLaunched | TrialStarted) -> set[str]:
         """TrialLaunched (the fork) makes the trial the running one; TrialStarted adds its workers. A repeated
         configuration is a new trial with a new index: the panes follow it, not the finished first run."""
-        self.total = max(self.total, event.total)
         self.current = event.index
         trace = self.trace(event.index)
         if isinstance(event, TrialStarted) and trace is not None:  # launched before: the table already says so
@@ -282,6 +291,7 @@ class SweepState:
         config = trace.config if trace is not None else result.config
         row = self.row_for(config)
         row.runs.append(result)
+        self.measured.append(result)
         row.result = result
         row.status = result.status
         if trace is not None:

@@ -7,6 +7,7 @@ from loadertop.core.engine.export import write_csv, write_json, write_markdown
 from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, open_session
 from loadertop.core.engine.nodes_env import Launch, detect_launch
 from loadertop.core.engine.nodes_link import NodeLink
+from loadertop.core.engine.progress import TrialCount
 from loadertop.core.engine.report import (
     FOOTNOTE,
     HEADERS,
@@ -32,6 +33,7 @@ __all__ = [
     "Report",
     "ReportRow",
     "Sweep",
+    "TrialCount",
     "build_report",
     "build_settings",
     "config_cells",

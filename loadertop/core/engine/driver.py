@@ -311,7 +311,8 @@ class Sweep:
         else:
             config = self.planner.next(trials)
         for step in self.planner.take_notes():
-            self._emit(Notice("info", f"search ({step.phase}): {step.message}", len(trials) if config else None))
+            index = len(trials) if config else None
+            self._emit(Notice("info", f"search ({step.phase}): {step.message}", index, step.phase))
         return config
 
     def _kept_or_skipped(self, index: int, config: TrialConfig) -> TrialResult | None:

@@ -100,7 +100,8 @@ class Notice:
 
     level: str  # "info" | "warning" | "error"
     message: str
-    index: int | None = None
+    index: int | None = None  # a search decision: the trial it chose
+    search: str | None = None  # a search decision: its phase (SearchStep.phase: climb, refine, repeat, ...)
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,13 @@ class HeaderPane(Pane[SweepState]):
         if notice is not None:
             style = "$error" if notice.level == "error" else "$warning"
             lines.append(Content.assemble(("! ", f"bold {style}"), (notice.message, style)))
+        latest = state.notices[-1] if state.notices and state.running else None
+        if latest is not None and latest is not notice:
+            # The notice line: the engine's latest word (the search's last decision, the ceilings), one line, in
+            # place of toasts over the table.
+            line = Content.assemble(("· ", "bold $accent"), (latest.message, "dim"))
+            width = self.content_size.width
+            lines.append(line.truncate(width, ellipsis=True) if width > 0 else line)
         if self.status_line is not None:
             lines.append(self.status_line)
         return Content("\n").join(lines)
@@ -73,9 +80,10 @@ class HeaderPane(Pane[SweepState]):
             config = state.current_config()
             if state.current is not None and config is not None:
                 parts.append((f"trial {state.current + 1}/{state.total}", "bold"))
+                parts.append(self._grown())
                 parts.append(f" {config.label()}")
             else:
-                parts.append(f"starting ({state.total} trials planned)")
+                parts.append(f"starting ({_trials(state.total)} planned)")
             parts.append(f" · {fmt.clock(state.t)} elapsed · ~{fmt.clock(state.eta())} left")
             if state.only:
                 parts.append(" · row rerun")
@@ -85,9 +93,15 @@ class HeaderPane(Pane[SweepState]):
                 parts.append(("  ■ stopping after this trial", "bold $warning"))
         elif state.phase == "finished" and state.result is not None:
             result = state.result
-            failed = sum(t.status != "ok" for t in result.trials)
-            what = "row rerun done" if state.only else "done"
-            parts.append((f"{what}: {len(result.trials)} trials", "bold"))
+            # A row rerun's result is the whole merged table: say what the rerun itself measured.
+            trials = state.measured if state.only else list(result.trials)
+            failed = sum(t.status != "ok" for t in trials)
+            if state.only:
+                again = ", ".join(dict.fromkeys(t.config.label() for t in trials)) or "nothing"
+                parts.append((f"row rerun done: {again} measured again, {_trials(len(trials))}", "bold"))
+            else:
+                parts.append((f"done: {_trials(len(trials))}", "bold"))
+                parts.append(self._grown())
             if failed:
                 parts.append(f" ({failed} not ok)")
             parts.append(f" in {fmt.clock(result.wall_s or state.t)}")
@@ -103,3 +117,12 @@ class HeaderPane(Pane[SweepState]):
         else:
             parts.append("starting…")
         return Content.assemble(*parts)
+
+    def _grown(self) -> str:
+        """' (8 planned +1 refine)' once the search has added trials to its first plan: the total grew, and why."""
+        why = self.state.count.why()
+        return f" ({why})" if why else ""
+
+
+def _trials(n: int) -> str:
+    return f"{n} trial{'' if n == 1 else 's'}"

@@ -1,4 +1,6 @@
-"""Help screen (`?`): every key, read from the app's bindings so the list cannot drift, and the panes."""
+"""Help screen (`?`): every key, read from the app's bindings so the list cannot drift, and the panes.
+
+It fits 80×24 whole: below 40 rows the panes are one line each (the short list), and it scrolls if it must."""
 
 from __future__ import annotations
 
@@ -36,9 +38,19 @@ PANES_HELP = (
     ),
     (
         "Table",
-        "one row per configuration; Δ prev compares with the previous run (after r, enter, + or -). "
-        "←/→ scroll it. After the sweep the highlighted row's trial fills the memory and throughput panes.",
+        "one row per configuration: ★ recommended, ◆ knee, ≈ within noise of the best, ▸ running, › highlighted "
+        "(the cursor). Δ prev compares with the previous run (after r, enter, + or -). ←/→ scroll it. After the "
+        "sweep the highlighted row's trial fills the memory and throughput panes.",
     ),
+)
+# One line each at 80 columns (64 characters beside the names): what the help shows below 40 rows.
+TALL = 40  # rows from which the panes' full text is shown
+PANES_SHORT = (
+    ("Header", "the machine, progress; at the end ★ the pick and its snippet"),
+    ("GPU", "utilization now / avg / max; without NVML, consumer-busy %"),
+    ("Memory", "the trial's workers: USS and MB/min (⚠ climbing), PSS, RSS"),
+    ("Throughput", "the trial's batches/s; samples/s per worker count, | knee"),
+    ("Table", "★ pick ◆ knee ≈ within noise ▸ running › highlighted; ←/→"),
 )
 
 
@@ -67,10 +79,16 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen .heading { margin-top: 1; }
     """
 
-    def __init__(self, bindings: list[Binding], panes: Sequence[tuple[str, str]] = PANES_HELP) -> None:
+    def __init__(
+        self,
+        bindings: list[Binding],
+        panes: Sequence[tuple[str, str]] = PANES_HELP,
+        short: Sequence[tuple[str, str]] | None = None,
+    ) -> None:
         super().__init__()
         self.keys = bindings
         self.panes = list(panes)  # the sweep's panes unless another view (attach) lists its own
+        self.short = list(short) if short is not None else None  # one line each, for terminals under 40 rows
 
     def compose(self) -> ComposeResult:
         keys = [(binding.key_display or binding.key, binding.tooltip or binding.description) for binding in self.keys]
@@ -78,10 +96,12 @@ class HelpScreen(ModalScreen[None]):
             yield Static(Content.styled("Keys", "bold $accent"))
             yield Static(_table(keys), id="help-keys")
             yield Static(Content.styled("Panes", "bold $accent"), classes="heading")
-            yield Static(_table(self.panes), id="help-panes")
+            # Chosen once, for the size the screen opens at (breakpoint classes arrive after the first layout).
+            tall = self.short is None or self.app.size.height >= TALL
+            yield Static(_table(self.panes if tall else self.short), id="help-panes")
             yield Static(
                 Content.styled(
-                    "No key needs Esc, Alt or Ctrl. ? or q closes this screen. Over SSH or tmux: docs/tui.md.", "dim"
+                    "No key needs Esc, Alt or Ctrl; ? or q closes. More: docs/tui.md", "dim"
                 ),
                 classes="heading",
             )

@@ -11,6 +11,7 @@ from typing import ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding, BindingType
+from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
 from loadertop.core.engine import Report, ReportRow, build_report, config_cells, ordered
@@ -20,7 +21,10 @@ from loadertop.tui.state import Row, SweepState
 
 RERUN_ROW_HELP = "rerun the highlighted configuration with more repeats (tighter spread)"
 
+POINTER = "›"  # the highlighted row, by symbol: a capture without colour shows the cursor too
+
 COLUMNS = (  # (label, the report's column key)
+    ("", "cursor"),  # not the report's: the table's own cursor (POINTER)
     ("", "mark"),
     ("w", "workers"),
     ("bs", "batch"),
@@ -38,7 +42,7 @@ COLUMNS = (  # (label, the report's column key)
     ("GPU", "gpu"),
     ("status", "status"),
 )
-LEFT = ("mark", "status")
+LEFT = ("cursor", "mark", "status")
 
 NOT_OK = ("failed", "skipped")
 UNMEASURED = (*NOT_OK, "not run", "interrupted")  # said in the samples/s column, visible at 80 columns
@@ -90,8 +94,8 @@ def status_text(row: Row, measured: ReportRow | None = None) -> str:
 
 
 class ResultsTable(DataTable):
-    """Cells are plain values; the knee (◆), the recommendation (★) and the configurations within noise of the best
-    (≈) are marked by symbol and style, so they survive NO_COLOR."""
+    """Cells are plain values; the knee (◆), the recommendation (★), the configurations within noise of the best
+    (≈), the running one (▸) and the highlighted one (›) are marked by symbol and style, so they survive NO_COLOR."""
 
     # enter is handled here, in order after the arrow keys that moved the cursor (an app-level priority
     # binding would run before the table had seen them); RowSelected reaches the app, which reruns the row.
@@ -103,6 +107,7 @@ class ResultsTable(DataTable):
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
         self.state = state
         self.configs: list[TrialConfig] = []
+        self._pointed: int | None = None  # the row that shows POINTER
 
     def on_mount(self) -> None:
         for label, key in COLUMNS:
@@ -118,6 +123,7 @@ class ResultsTable(DataTable):
         # The cursor follows the state's selection (the user's row, or the recommendation at the end).
         keep = self.state.selected or self.selected_config()
         self.clear()
+        self._pointed = None  # the rows are new; adding the first one may move the cursor (and POINTER) to it
         rows = {row.config: row for row in self.state.rows}
         self.configs = ordered(rows)
         report = live_report(self.state)  # built here: on a trial's start or end, not per sample
@@ -126,6 +132,22 @@ class ResultsTable(DataTable):
             self.add_row(*self._cells(rows[config], report, theme), key=str(len(self.rows)))
         if keep in self.configs:
             self.move_cursor(row=self.configs.index(keep), animate=False)
+        self._point(self.cursor_row)
+
+    def watch_cursor_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        super().watch_cursor_coordinate(old, new)
+        self._point(new.row)
+
+    def _point(self, row: int) -> None:
+        """Move POINTER to `row` (the cursor's): the highlight is not colour alone."""
+        if row == self._pointed:
+            return
+        if self._pointed is not None and self._pointed < self.row_count:
+            self.update_cell_at(Coordinate(self._pointed, 0), Text(""))
+        self._pointed = None
+        if 0 <= row < self.row_count:
+            self.update_cell_at(Coordinate(row, 0), Text(POINTER, style="bold"))
+            self._pointed = row
 
     def _cells(self, row: Row, report: Report | None, theme: dict[str, str]) -> list[Text]:
         measured = report.row_for(row.config) if report is not None else None

@@ -1,0 +1,60 @@
+"""How far a sweep has got, from its event stream: the trial total a face shows, and why it grew.
+
+An adaptive search starts from a plan (the climb's ladder) and adds trials as it learns: a refine midpoint, a knob
+tried at the choice, a finalist measured again. Each trial the search chooses is announced by a search Notice
+(`Notice.search`, its phase) carrying the trial's index, before the trial is launched; a launch whose total is above
+the one shown so far was added by that decision. Every face counts with this one fold, so the TUI's header and the
+headless counter say the same thing: "trial 9/9 (8 planned +1 refine)", never a total that grows without a word.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from loadertop.core.model.events import Event, Notice, SweepStarted, TrialFinished, TrialLaunched, TrialStarted
+
+
+@dataclass
+class TrialCount:
+    planned: int = 0  # the plan when the sweep started
+    total: int = 0  # the plan so far: never below the trials launched
+    added: dict[str, int] = field(default_factory=dict)  # trials past the first plan, by the phase that chose them
+    _phases: dict[int, str] = field(default_factory=dict)  # trial index -> the phase of the decision that chose it
+
+    def apply(self, event: Event) -> bool:
+        """Fold one event in; True when the counter's text changed."""
+        if isinstance(event, SweepStarted):
+            self.planned = self.total = len(event.planned)
+            self.added, self._phases = {}, {}
+            return True
+        if isinstance(event, Notice) and event.search is not None and event.index is not None:
+            self._phases[event.index] = event.search
+            return False
+        if isinstance(event, TrialLaunched | TrialStarted):
+            return self._grow(event.index, event.total)
+        if isinstance(event, TrialFinished):
+            # A trial reported without a launch: one the memory guard or the DataLoader's knob rules skipped.
+            unlaunched = "skipped" if event.result.status == "skipped" else "search"
+            return self._grow(event.result.index, event.result.index + 1, unlaunched)
+        return False
+
+    def _grow(self, index: int, total: int, unknown: str = "search") -> bool:
+        total = max(total, index + 1)
+        if total <= self.total:
+            return False
+        phase = self._phases.get(index, unknown)
+        self.added[phase] = self.added.get(phase, 0) + total - self.total
+        self.total = total
+        return True
+
+    def why(self) -> str:
+        """'8 planned +1 refine +3 repeat' once the search has added trials, else ''."""
+        if not self.added:
+            return ""
+        return " ".join([f"{self.planned} planned", *(f"+{n} {phase}" for phase, n in self.added.items())])
+
+    def counter(self, index: int) -> str:
+        """'3/8', or '9/9 (8 planned +1 refine)': trial `index` (0-based) of the total so far, and why it grew."""
+        shown = f"{index + 1}/{max(self.total, index + 1)}"
+        why = self.why()
+        return f"{shown} ({why})" if why else shown
