@@ -158,6 +158,9 @@ def test_trace_is_written_to_the_job_folder() -> None:
     chose = [m for m in lines if isinstance(m, TuneChose)]
     assert any(isinstance(m, TuneStep) for m in lines)
     assert chose and chose[-1].config == tuned.choice and chose[-1].snippet == tuned.snippet
+    # What attach shows is the user's loader with what tune changed: their timeout stays (with workers: the
+    # DataLoader rejects one without).
+    assert ("timeout=30" in tuned.snippet) == (tuned.choice.num_workers > 0)
 
 
 def test_without_a_publisher_it_still_tunes(monkeypatch: pytest.MonkeyPatch) -> None:

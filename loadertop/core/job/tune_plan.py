@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from loadertop.core.engine.analysis import analyze
+from loadertop.core.engine.band import noise_band
 from loadertop.core.engine.search import AdaptivePlanner
 from loadertop.core.engine.snippet import UserArgs, snippet
 from loadertop.core.engine.wording import pct
@@ -154,8 +155,14 @@ class Tuner:
             )
         ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
         share = f", {pct(rec.samples_per_s / ceiling)} of what the training step can take" if ceiling else ""
+        reason = rec.reason
+        kept = self.results[rec.trial_index]
+        if ceiling and rec.samples_per_s >= ceiling * (1.0 - noise_band(self.settings.tolerance, kept)):
+            # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
+            share += " (within noise of its ceiling: more workers cannot make the step faster)"
+            reason = reason.replace("; try a wider --workers range", "")
         # The sweep's words for its range are tune's max_workers
-        reason = rec.reason.replace("a wider --workers range", "a larger max_workers").replace(
+        reason = reason.replace("a wider --workers range", "a larger max_workers").replace(
             "a --workers range", "max_workers"
         )
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
