@@ -70,3 +70,6 @@ def test_the_other_knobs_are_tried_at_the_count_kept() -> None:
     assert kept.num_workers == 4
     assert with_prefetch_4 == {4}  # tried where tune stays, and nowhere else
     assert any("knobs: at the kept count (w=4" in line for line in tuner.decisions)
+    # prefetch 4 won at 4 workers: the reason is the count's (from the climb), not a one-point "still rising" curve
+    reason = tuner.choice(USER).reason
+    assert "still rising" not in reason and "prefetch_factor=4 at 4 workers: 408 vs 400 samples/s" in reason

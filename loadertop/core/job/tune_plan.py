@@ -155,7 +155,7 @@ class Tuner:
             )
         ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
         share = f", {pct(rec.samples_per_s / ceiling)} of what the training step can take" if ceiling else ""
-        reason = rec.reason
+        reason = self._count_reason(rec.config, rec.samples_per_s) or rec.reason
         kept = self.results[rec.trial_index]
         if ceiling and rec.samples_per_s >= ceiling * (1.0 - noise_band(self.settings.tolerance, kept)):
             # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
@@ -167,6 +167,27 @@ class Tuner:
         )
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
         return Choice(rec.config, rec.samples_per_s, why, self._line(rec.config))
+
+    def _count_reason(self, config: TrialConfig, samples_per_s: float | None) -> str | None:
+        """When a knob tried at the kept count won (prefetch 4), the sweep's reason over that configuration alone
+        would read its one-point curve as "still rising at the largest count tried". The count's reason comes from
+        the climb's curve instead, and a clause says what the knob added. None when the climb's knobs were kept."""
+        climb = self.planner.settings
+        pf, pin = climb.prefetch_factors[0], climb.pin_memory[0]
+        if config.num_workers == 0 or (config.prefetch_factor == pf and config.pin_memory == pin):
+            return None
+        on_climb = [t for t in self.results if t.config.num_workers == 0 or
+                    (t.config.prefetch_factor == pf and t.config.pin_memory == pin)]  # fmt: skip
+        base = analyze(on_climb, self.settings, self.machine, self.ceilings())[1]
+        if base is None or base.config.num_workers != config.num_workers or not samples_per_s:
+            return None
+        changed = [f"{k}={getattr(config, k)}" for k in ("prefetch_factor", "pin_memory")
+                   if getattr(config, k) != getattr(base.config, k)]  # fmt: skip
+        return (
+            f"{base.reason}; {', '.join(changed)} at {config.num_workers} workers: {samples_per_s:.0f} vs "
+            f"{base.samples_per_s:.0f} samples/s (at the same count the rule keeps the lighter in memory, then "
+            "the faster)"
+        )
 
     def _line(self, config: TrialConfig) -> str:
         """The snippet: the user's loader with what tune changed. persistent_workers and in_order are theirs (tune
