@@ -73,3 +73,12 @@ def test_the_other_knobs_are_tried_at_the_count_kept() -> None:
     # prefetch 4 won at 4 workers: the reason is the count's (from the climb), not a one-point "still rising" curve
     reason = tuner.choice(USER).reason
     assert "still rising" not in reason and "prefetch_factor=4 at 4 workers: 408 vs 400 samples/s" in reason
+
+
+def test_a_climb_the_budget_ended_says_so() -> None:
+    # Still rising at 16 workers when the budget ran out, with 64 in the range: the budget is what to raise.
+    tuner = Tuner(tune_settings(USER, machine(), None, 0.05, cuda=False), machine())
+    for workers, sps in ((0, 120.0), (1, 130.0), (2, 250.0), (4, 500.0), (8, 900.0), (16, 1240.0)):
+        tuner.feed(result(workers, sps), None)
+    reason = tuner.choice(USER).reason
+    assert "the budget ended the climb (a larger budget_s)" in reason and "max_workers" not in reason

@@ -161,6 +161,9 @@ class Tuner:
             # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
             share += " (within noise of its ceiling: more workers cannot make the step faster)"
             reason = reason.replace("; try a wider --workers range", "")
+        top = max(t.config.num_workers for t in self.results if t.status == "ok")
+        if self._climbing and top < max(self.settings.workers):  # the budget ended the climb, not the range
+            reason = reason.replace("try a wider --workers range", "the budget ended the climb (a larger budget_s)")
         # The sweep's words for its range are tune's max_workers
         reason = reason.replace("a wider --workers range", "a larger max_workers").replace(
             "a --workers range", "max_workers"
