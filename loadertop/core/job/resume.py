@@ -11,8 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler, SequentialSampler
-from torch.utils.data._utils.collate import default_collate, default_convert
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+    default_convert,
+)
 
 from loadertop.core.engine.snippet import UserArgs
 from loadertop.core.model.arg_text import arg_text

@@ -336,9 +336,11 @@ class Tuned:
 
 
 def _start_up_s(config: TrialConfig, meter: Meter) -> float:
-    """The expected time from switching to `config` to its first measured batch: the last switch's cost, then the
-    start-up buffer, which the training step consumes at its own pace."""
-    return meter.switch_s + start_up_buffer(config) * (meter.mean_step_s() or 0.0)
+    """The expected time from switching to `config` to its first measured batch: the last switch's cost, scaled
+    by the workers to start (forking 30 takes about twice as long as 15), then the start-up buffer, which the
+    training step consumes at its own pace."""
+    scale = max(1.0, config.num_workers / max(1, meter.config.num_workers))
+    return meter.switch_s * scale + start_up_buffer(config) * (meter.mean_step_s() or 0.0)
 
 
 def _cuda() -> bool:
