@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 
 import loadertop
 from loadertop.core.job import tune as tune_module
-from loadertop.core.job.publisher import publisher
+from loadertop.core.job.publisher import enabled, publisher
 from loadertop.core.job.resume import start_up_buffer
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Tuner
@@ -113,6 +113,8 @@ def test_shuffled_epochs_see_every_index_once_across_switches() -> None:
         assert sorted(i for i, _ in seen) == list(range(601))
     assert [i for i, _ in epochs[0]] != list(range(601))  # shuffled
     assert_switched_and_kept(tuned, epochs)
+    # The snippet is the user's loader with what tune changed: shuffling and their generator stay.
+    assert tuned.snippet.startswith("DataLoader(dataset, batch_size=6, shuffle=True, generator=Generator(...)")
     assert no_children() == []
 
 
@@ -144,9 +146,10 @@ def test_distributed_sampler_with_drop_last_sees_its_share_once(rank: int) -> No
 
 
 def test_trace_is_written_to_the_job_folder() -> None:
+    if not enabled():
+        pytest.skip("LOADERTOP_WATCH=0: publishing is off on purpose")
     pub = publisher()
-    if pub is None:
-        pytest.skip("no publisher in this environment")
+    assert pub is not None, "the job's publisher did not start (see the loadertop log): a broken publisher"
     loader = DataLoader(Indexed(300), batch_size=4, num_workers=1, timeout=30)  # a timeout: not at 0 workers
     tuned = loadertop.tune(loader, budget_s=1.5, max_workers=1)
     run(tuned, after_settled=0)
@@ -155,6 +158,9 @@ def test_trace_is_written_to_the_job_folder() -> None:
     chose = [m for m in lines if isinstance(m, TuneChose)]
     assert any(isinstance(m, TuneStep) for m in lines)
     assert chose and chose[-1].config == tuned.choice and chose[-1].snippet == tuned.snippet
+    # What attach shows is the user's loader with what tune changed: their timeout stays (with workers: the
+    # DataLoader rejects one without).
+    assert ("timeout=30" in tuned.snippet) == (tuned.choice.num_workers > 0)
 
 
 def test_without_a_publisher_it_still_tunes(monkeypatch: pytest.MonkeyPatch) -> None:

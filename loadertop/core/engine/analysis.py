@@ -21,9 +21,10 @@ from loadertop.core.engine.bound import (
 )
 from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.reasons import has_cuda, oversubscribed
+from loadertop.core.engine.snippet import snippet
 from loadertop.core.engine.transport import transport_reason
 from loadertop.core.engine.wording import pct, sps, workers
-from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, TrialResult, UslFit
 
 Name = Callable[[TrialResult], str]  # how a reason names another trial: "4 workers" on the same curve, else its label
@@ -126,28 +127,6 @@ def _twin(rec: TrialResult, ok: list[TrialResult], **knob: bool) -> TrialResult 
     """The measured configuration that differs from `rec` only in `knob`."""
     config = dataclasses.replace(rec.config, **knob)
     return next((t for t in ok if t.config == config), None)
-
-
-def snippet(config: TrialConfig, default_start_method: str, extra: Sequence[str] = ()) -> str:
-    """A ready-to-paste `DataLoader(...)` line: batch_size always, other arguments only where not the default;
-    `extra` arguments (such as a DistributedSampler with --ranks) go after batch_size."""
-    args = ["dataset", f"batch_size={config.batch_size}", *extra]
-    if config.num_workers > 0:
-        args.append(f"num_workers={config.num_workers}")
-        if config.prefetch_factor is not None and config.prefetch_factor != 2:
-            args.append(f"prefetch_factor={config.prefetch_factor}")
-    if config.pin_memory:
-        args.append("pin_memory=True")
-    if config.num_workers > 0:
-        if config.persistent_workers:
-            args.append("persistent_workers=True")
-        if config.start_method and config.start_method != default_start_method:
-            args.append(f'multiprocessing_context="{config.start_method}"')
-        if not config.in_order:
-            args.append("in_order=False")
-        if config.worker_threads is not None:  # needs `import loadertop`; it chains no worker_init_fn of yours
-            args.append(f"worker_init_fn=loadertop.set_worker_threads({config.worker_threads})")
-    return f"DataLoader({', '.join(args)})"
 
 
 def rule_notes(knee: Knee | None, usl: UslFit | None, tolerance: float) -> list[str]:

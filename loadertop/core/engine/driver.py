@@ -70,6 +70,7 @@ class Sweep:
         # 0-worker combinations the DataLoader rejects: reported as skipped at the end, never run.
         self._skipped = [] if only else settings.skipped_configs()
         self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
+        self._loader_args: tuple[str, ...] = ()
         self.checked = threading.Event()  # set once the dataset spec loaded: faces may hold output until then
         self._fd_warned = False
         self.guard = MemoryGuard(
@@ -281,6 +282,7 @@ class Sweep:
             ceilings=self._ceilings,
             search_trace=tuple(self.planner.trace),
             iterable=self._iterable,
+            loader_args=self._loader_args,
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:
@@ -335,6 +337,7 @@ class Sweep:
         if not message.ok:
             raise UsageError(message.error or "the dataset could not be loaded")
         self._iterable = message.iterable
+        self._loader_args = message.extra_args  # what the factory passes the DataLoader: the snippet keeps it
         self.checked.set()
         if message.summary:
             self._emit(Notice("info", message.summary))

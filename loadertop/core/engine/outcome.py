@@ -6,12 +6,13 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import analyze, rule_notes, snippet
+from loadertop.core.engine.analysis import analyze, rule_notes
 from loadertop.core.engine.knee import worker_curve
 from loadertop.core.engine.nodes_report import pacing
 from loadertop.core.engine.rank_notes import ranks_note, with_notes
-from loadertop.core.engine.reasons import annotate
+from loadertop.core.engine.reasons import annotate, has_cuda
 from loadertop.core.engine.rerun import Evidence, fold_rerun
+from loadertop.core.engine.snippet import UserArgs, snippet
 from loadertop.core.engine.usl import fit_curve
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
@@ -31,24 +32,26 @@ def conclude(
     ceilings: tuple[Ceiling, ...] = (),
     search_trace: tuple[SearchStep, ...] = (),
     iterable: bool = False,
+    loader_args: tuple[str, ...] = (),
     rerun_of: SweepResult | None = None,
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
-    the same configurations and the whole table is judged again (engine/rerun.py)."""
+    the same configurations and the whole table is judged again (engine/rerun.py). `loader_args`: the DataLoader
+    arguments the dataset factory returned, as "name=text" (the snippet keeps them)."""
     evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
     if rerun_of is not None:
         evidence = fold_rerun(rerun_of, evidence)
-    return _judge(evidence, machine)
+    return _judge(evidence, machine, loader_args)
 
 
-def _judge(evidence: Evidence, machine: MachineInfo) -> Conclusion:
+def _judge(evidence: Evidence, machine: MachineInfo, loader_args: tuple[str, ...] = ()) -> Conclusion:
     settings = evidence.settings
     annotated = [
         with_notes(t, settings.ranks, machine.usable_cpus)
         for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings, bool(settings.consumer))
     ]
     knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings)
-    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable)
+    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable, loader_args)
     usl = fit_curve(worker_curve(annotated, settings.tolerance))
     result = SweepResult(
         machine=machine,
@@ -65,10 +68,16 @@ def _judge(evidence: Evidence, machine: MachineInfo) -> Conclusion:
 
 
 def _per_rank(
-    rec: Recommendation | None, trials: list[TrialResult], settings: Settings, machine: MachineInfo, iterable: bool
+    rec: Recommendation | None,
+    trials: list[TrialResult],
+    settings: Settings,
+    machine: MachineInfo,
+    iterable: bool,
+    loader_args: tuple[str, ...] = (),
 ) -> Recommendation | None:
     """The recommended trial's data warnings belong in its reason; with --ranks the recommendation is per rank: say
-    what that means for the node, and shard the snippet as the measurement did."""
+    what that means for the node, and shard the snippet as the measurement did. The snippet keeps what the
+    dataset factory passes the DataLoader (shuffle, drop_last, collate_fn, ...)."""
     if rec is None:
         return rec
     chosen = [t for t in trials if t.index == rec.trial_index]
@@ -76,11 +85,13 @@ def _per_rank(
     paced = [p for p in (pacing(t) for t in chosen) if p]  # many nodes: the rank that paces the job, and its cost
     if warnings or paced:
         rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings, *paced]))
+    user = UserArgs(tuple((a.partition("=")[0], a.partition("=")[2]) for a in loader_args))
+    pasted = rec.config if has_cuda(machine) else dataclasses.replace(rec.config, pin_memory=False)  # as analyze
     if settings.ranks < 2:
-        return rec
+        return dataclasses.replace(rec, snippet=snippet(pasted, machine.default_start_method, user=user))
     extra = () if iterable else ("sampler=DistributedSampler(dataset)",)
     return dataclasses.replace(
         rec,
         reason=f"{rec.reason}; {ranks_note(rec.config.num_workers, settings.ranks, machine.usable_cpus)}",
-        snippet=snippet(rec.config, machine.default_start_method, extra),
+        snippet=snippet(pasted, machine.default_start_method, extra, user=user),
     )

@@ -11,8 +11,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+    default_convert,
+)
 
+from loadertop.core.engine.snippet import UserArgs
+from loadertop.core.model.arg_text import arg_text
 from loadertop.core.model.config import TrialConfig
 
 Batches = list[list[int]]
@@ -48,6 +58,48 @@ def current_config(loader: DataLoader[Any]) -> TrialConfig:
         start_method=method,
         in_order=bool(getattr(loader, "in_order", True)),
     )
+
+
+def user_args(loader: DataLoader[Any]) -> UserArgs:
+    """What the user passed to build `loader` (recovered from the loader: it keeps no record of its arguments), for
+    the snippet: shuffle from the sampler's type, their own sampler or batch_sampler, drop_last, a collate_fn,
+    worker_init_fn, generator, timeout, pin_memory_device and in_order where not the defaults."""
+    args: list[tuple[str, str]] = []
+    own_batches = loader.batch_size is None and loader.batch_sampler is not None  # their batch_sampler
+    if own_batches:
+        args.append(("batch_sampler", arg_text(loader.batch_sampler)))
+    else:
+        args += _sampling_args(loader)
+    default = default_collate if loader.batch_size is not None or own_batches else default_convert
+    if loader.collate_fn is not default:
+        args.append(("collate_fn", arg_text(loader.collate_fn)))
+    if loader.worker_init_fn is not None:
+        args.append(("worker_init_fn", arg_text(loader.worker_init_fn)))
+    if loader.generator is not None:
+        args.append(("generator", arg_text(loader.generator)))
+    if loader.timeout:
+        args.append(("timeout", arg_text(loader.timeout)))
+    if getattr(loader, "pin_memory_device", ""):
+        args.append(("pin_memory_device", arg_text(loader.pin_memory_device)))
+    context = loader.multiprocessing_context
+    if context is not None:
+        args.append(("multiprocessing_context", arg_text(context.get_start_method())))
+    if not getattr(loader, "in_order", True):
+        args.append(("in_order", "False"))
+    return UserArgs(tuple(args), current_config(loader))
+
+
+def _sampling_args(loader: DataLoader[Any]) -> list[tuple[str, str]]:
+    """shuffle=True for the RandomSampler the DataLoader builds itself, else their own sampler; drop_last."""
+    sampler, args = loader.sampler, []
+    made_by_loader = isinstance(sampler, RandomSampler) and sampler.generator is loader.generator
+    if made_by_loader and not sampler.replacement and getattr(sampler, "_num_samples", None) is None:
+        args.append(("shuffle", "True"))
+    elif not isinstance(sampler, SequentialSampler):
+        args.append(("sampler", arg_text(sampler)))
+    if isinstance(loader.batch_sampler, BatchSampler) and loader.drop_last:
+        args.append(("drop_last", "True"))
+    return args
 
 
 def _batch_size(loader: DataLoader[Any]) -> int:

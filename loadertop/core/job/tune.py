@@ -27,6 +27,7 @@ from loadertop.core.job.resume import (
     loader_from,
     shutdown,
     start_up_buffer,
+    user_args,
     why_not_tunable,
 )
 from loadertop.core.job.tune_measure import Meter
@@ -46,7 +47,8 @@ def tune(loader: Any, budget_s: float = 120.0, *, max_workers: int | None = None
 
 class Tuned:
     """What `tune()` returns: iterate it once per epoch, as the loader. `choice`, `trace` and `snippet` say what
-    tuning measured and chose (`choice` is None until it settles)."""
+    tuning measured and chose (`choice` is None until it settles); `decisions`, why it tried each configuration
+    and where its climb stopped (the sweep planner's notes)."""
 
     def __init__(self, loader: Any, budget_s: float, *, max_workers: int | None, tolerance: float) -> None:
         self.loader = loader
@@ -55,6 +57,7 @@ class Tuned:
         self.reason = ""
         self.snippet = ""
         self.trace: list[TuneStep] = []
+        self.decisions: list[str] = []
         self.tuning_s = 0.0
         self._max_workers, self._tolerance = max_workers, tolerance
         self._watched: Any = None
@@ -103,7 +106,8 @@ class Tuned:
         user = current_config(self.loader)
         cuda = _cuda()
         machine = read_machine()
-        self._tuner = Tuner(tune_settings(user, machine, self._max_workers, self._tolerance, cuda), machine)
+        settings = tune_settings(user, machine, self._max_workers, self._tolerance, cuda)
+        self._tuner = Tuner(settings, machine, user_args(self.loader))
         first = self._tuner.next()
         if first is None:
             self._settle()
@@ -190,19 +194,22 @@ class Tuned:
             left = self.budget_s - (self.tuning_s + now - self._epoch_began)
             if not (meter.done(self._span_s) or left <= 0):
                 return False
-            # No new configuration that could not get half its span: its switch would be wasted.
-            return self._next_trial(meter, left < self._span_s / 2, config)
+            return self._next_trial(meter, left, config)
         except Exception as exc:
             self._aside(exc)
             return True
 
-    def _next_trial(self, meter: Meter, last: bool, config: TrialConfig | None) -> bool:
+    def _next_trial(self, meter: Meter, left: float, config: TrialConfig | None) -> bool:
         tuner = self._tuner
         assert tuner is not None
         result = meter.result(len(tuner.results), tuner.settings.target_spread, self._span_s)
         tuner.feed(result, meter.mean_step_s())
         self._publish_step(tuner.results[-1], meter)
-        nxt = None if last else tuner.next()
+        nxt = tuner.next() if left >= self._span_s / 2 else None
+        if nxt is not None and nxt != config and left < self._span_s / 2 + _start_up_s(nxt, meter):
+            # No new configuration that could not get half its span after its start-up (the switch, and its
+            # start-up buffer handed out at the step's pace: 90 batches at 30 workers): its switch would be wasted.
+            nxt = None
         self._switch_t = time.perf_counter()
         if nxt is None:
             self._settle()
@@ -259,6 +266,7 @@ class Tuned:
         self._state = "settled"
         self._meter = None
         self.choice, self.reason, self.snippet = choice.config, choice.reason, choice.snippet
+        self.decisions = list(tuner.decisions)
         self._publish_choice(choice, len(tuner.results))
         measured = len(tuner.results)
         switches = sum(step.switch_s for step in self.trace)
@@ -325,6 +333,14 @@ class Tuned:
             )
         self._state = "aside"
         self._meter = None
+
+
+def _start_up_s(config: TrialConfig, meter: Meter) -> float:
+    """The expected time from switching to `config` to its first measured batch: the last switch's cost, scaled
+    by the workers to start (forking 30 takes about twice as long as 15), then the start-up buffer, which the
+    training step consumes at its own pace."""
+    scale = max(1.0, config.num_workers / max(1, meter.config.num_workers))
+    return meter.switch_s * scale + start_up_buffer(config) * (meter.mean_step_s() or 0.0)
 
 
 def _cuda() -> bool:

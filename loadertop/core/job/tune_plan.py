@@ -1,5 +1,11 @@
 """What `loadertop.tune` tries next and what it settles on: the sweep's own adaptive planner and recommendation
-rule, fed with what the training loop measured.
+(engine/analysis.py `analyze`: the band rule of engine/band.py, and the sweep's reason), fed with what the training
+loop measured.
+
+Two phases: the planner climbs num_workers (the user's prefetch_factor and pin_memory) as far as the sweep would,
+bisects and repeats the finalists; then the other knobs are tried at the worker count the rule keeps, one at a time,
+and again at the new count should a knob move the choice. Trying them at a count chosen before the repeats would
+measure them where tune may not stay (issue 22).
 
 The consumer ceiling (the most the step allows: batch size ÷ step time) comes from the step times measured so far,
 so the climb stops once a configuration is within noise of what the training step can take.
@@ -10,10 +16,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import snippet
-from loadertop.core.engine.band import Noise, choose
+from loadertop.core.engine.analysis import analyze
+from loadertop.core.engine.band import noise_band
 from loadertop.core.engine.search import AdaptivePlanner
-from loadertop.core.engine.wording import pct, sps
+from loadertop.core.engine.snippet import UserArgs, snippet
+from loadertop.core.engine.wording import pct
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import DEFAULT_PREFETCH, Settings, TrialConfig, adaptive_cap
@@ -61,8 +68,10 @@ def tune_settings(
 
 
 def default_max_workers(usable_cpus: int) -> int:
-    """4 per usable CPU, at least 8 (I/O-bound loaders gain past the cores), at most the sweep's own cap."""
-    return min(adaptive_cap(usable_cpus), max(8, 4 * usable_cpus))
+    """The sweep's own cap (64, or 4 per usable CPU on bigger machines): an I/O-bound loader gains far past the
+    cores (the sweep's answers reach 32-56 workers), and the climb stops by itself once throughput stops growing,
+    at the step's ceiling, or at the memory budget. A cap of 8 on 2 CPUs left tune at 0.75 of the ceiling."""
+    return adaptive_cap(usable_cpus)
 
 
 def span_s(budget_s: float) -> float:
@@ -72,13 +81,21 @@ def span_s(budget_s: float) -> float:
 class Tuner:
     """The planner's side of tuning: next configuration, results in, the choice out."""
 
-    def __init__(self, settings: Settings, machine: MachineInfo) -> None:
+    def __init__(self, settings: Settings, machine: MachineInfo, user: UserArgs | None = None) -> None:
         self.settings = settings
         self.machine = machine
-        self.planner = AdaptivePlanner(settings)
+        self.user = user or UserArgs()
         self.results: list[TrialResult] = []
+        self.decisions: list[str] = []  # the planner's notes and the knobs' phase: why each configuration was tried
         self._step_s: float | None = None  # the fastest mean step measured: the consumer ceiling's step
+        climb = dataclasses.replace(
+            settings,
+            prefetch_factors=settings.prefetch_factors[:1],
+            pin_memory=settings.pin_memory[:1],
+        )  # the other knobs wait for the count the rule keeps
+        self.planner = AdaptivePlanner(climb)
         self.planner.setup(machine, ())
+        self._climbing = True
 
     def ceilings(self) -> tuple[Ceiling, ...]:
         if not self._step_s:
@@ -87,8 +104,36 @@ class Tuner:
         return (Ceiling(bs, bs / self._step_s, note="the training step measured by tune"),)
 
     def next(self) -> TrialConfig | None:
-        self.planner.setup(self.machine, self.ceilings())  # the ceiling moves as steps are measured
-        return self.planner.next(self.results)
+        if self._climbing:
+            self.planner.setup(self.machine, self.ceilings())  # the ceiling moves as steps are measured
+            config = self.planner.next(self.results)
+            self.decisions += [f"{s.phase}: {s.message}" for s in self.planner.take_notes()]
+            if config is not None:
+                return config
+            self._climbing = False
+        return self._next_knob()
+
+    def _next_knob(self) -> TrialConfig | None:
+        """The first configuration not yet measured that differs from the kept one in one knob (prefetch_factor,
+        then pin_memory), at the kept worker count; None when each has been measured."""
+        kept = self.kept()
+        if kept is None:
+            return None
+        for name in ("prefetch_factor", "pin_memory"):
+            for alt in self.settings.trial_configs():
+                same = all(getattr(alt, k) == getattr(kept, k) for k in _FIELDS if k != name)
+                if same and getattr(alt, name) != getattr(kept, name) and not self._measured(alt):
+                    self.decisions.append(f"knobs: at the kept count ({kept.label()}): try {name}={getattr(alt, name)}")
+                    return alt
+        return None
+
+    def kept(self) -> TrialConfig | None:
+        """What the sweep's rule keeps over what was measured so far."""
+        rec = analyze(self.results, self.settings, self.machine, self.ceilings())[1]
+        return rec.config if rec is not None else None
+
+    def _measured(self, config: TrialConfig) -> bool:
+        return any(t.config == config for t in self.results)
 
     def feed(self, result: TrialResult, mean_step_s: float | None) -> None:
         self.results.append(dataclasses.replace(result, index=len(self.results)))
@@ -100,32 +145,63 @@ class Tuner:
                     self.results[-1], fraction_of_ceiling=result.samples_per_s / ceiling
                 )
 
-    def notes(self) -> list[str]:
-        return [step.message for step in self.planner.take_notes()]
-
     def choice(self, fallback: TrialConfig) -> Choice:
-        """The sweep's rule over what was measured (the fewest workers within the noise band of the fastest,
-        repeats merged); the user's own configuration when nothing was."""
-        chosen = choose(self.results, self.settings.tolerance)
-        if chosen is None:
+        """The sweep's recommendation over what was measured (its rule: the fewest workers surely within the
+        noise band of the fastest, repeats merged; and its reason); the user's own configuration when nothing was."""
+        rec = analyze(self.results, self.settings, self.machine, self.ceilings())[1]
+        if rec is None:
             return Choice(
                 fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
             )
-        best, rec = chosen
-        band = Noise.of(self.results, self.settings.tolerance).band(rec, best)  # the band the choice used
         ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
-        share = f", {pct(sps(rec) / ceiling)} of what the training step can take" if ceiling else ""
-        if rec.config == best.config:
-            why = f"the fastest ({sps(rec):.0f} samples/s{share}), nothing cheaper within the {pct(band)} noise band"
-        else:
-            why = (
-                f"{sps(rec):.0f} samples/s{share}: the fewest workers within the {pct(band)} noise band of the "
-                f"fastest ({best.config.label()}, {sps(best):.0f})"
-            )
+        share = f", {pct(rec.samples_per_s / ceiling)} of what the training step can take" if ceiling else ""
+        reason = self._count_reason(rec.config, rec.samples_per_s) or rec.reason
+        kept = self.results[rec.trial_index]
+        if ceiling and rec.samples_per_s >= ceiling * (1.0 - noise_band(self.settings.tolerance, kept)):
+            # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
+            share += " (within noise of its ceiling: more workers cannot make the step faster)"
+            reason = reason.replace("; try a wider --workers range", "")
+        top = max(t.config.num_workers for t in self.results if t.status == "ok")
+        if self._climbing and top < max(self.settings.workers):  # the budget ended the climb, not the range
+            reason = reason.replace("try a wider --workers range", "the budget ended the climb (a larger budget_s)")
+        # The sweep's words for its range are tune's max_workers
+        reason = reason.replace("a wider --workers range", "a larger max_workers").replace(
+            "a --workers range", "max_workers"
+        )
+        why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
         return Choice(rec.config, rec.samples_per_s, why, self._line(rec.config))
 
+    def _count_reason(self, config: TrialConfig, samples_per_s: float | None) -> str | None:
+        """When a knob tried at the kept count won (prefetch 4), the sweep's reason over that configuration alone
+        would read its one-point curve as "still rising at the largest count tried". The count's reason comes from
+        the climb's curve instead, and a clause says what the knob added. None when the climb's knobs were kept."""
+        climb = self.planner.settings
+        pf, pin = climb.prefetch_factors[0], climb.pin_memory[0]
+        if config.num_workers == 0 or (config.prefetch_factor == pf and config.pin_memory == pin):
+            return None
+        on_climb = [t for t in self.results if t.config.num_workers == 0 or
+                    (t.config.prefetch_factor == pf and t.config.pin_memory == pin)]  # fmt: skip
+        base = analyze(on_climb, self.settings, self.machine, self.ceilings())[1]
+        if base is None or base.config.num_workers != config.num_workers or not samples_per_s:
+            return None
+        changed = [f"{k}={getattr(config, k)}" for k in ("prefetch_factor", "pin_memory")
+                   if getattr(config, k) != getattr(base.config, k)]  # fmt: skip
+        return (
+            f"{base.reason}; {', '.join(changed)} at {config.num_workers} workers: {samples_per_s:.0f} vs "
+            f"{base.samples_per_s:.0f} samples/s (at the same count the rule keeps the lighter in memory, then "
+            "the faster)"
+        )
+
     def _line(self, config: TrialConfig) -> str:
-        return snippet(config, self.machine.default_start_method)
+        """The snippet: the user's loader with what tune changed. persistent_workers and in_order are theirs (tune
+        measures without them and keeps them as they were)."""
+        mine = self.user.config
+        if mine is not None:
+            config = dataclasses.replace(config, persistent_workers=mine.persistent_workers, in_order=mine.in_order)
+        return snippet(config, self.machine.default_start_method, user=self.user)
+
+
+_FIELDS = [f.name for f in dataclasses.fields(TrialConfig)]
 
 
 def step_message(result: TrialResult, switch_s: float) -> str:

@@ -81,6 +81,7 @@ class Checked:
     iterable: bool = False
     extra: tuple[str, ...] = ()  # DataLoader arguments the factory sets
     summary: str = ""
+    extra_args: tuple[str, ...] = ()  # the same as "name=text" for the snippet (model/arg_text.py)
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import time
 import traceback
 from typing import Any
 
+from loadertop.core.model.arg_text import loader_arg_texts
 from loadertop.core.model.config import Settings
 from loadertop.core.model.jobs import pid_alive
 from loadertop.core.model.protocol import (
@@ -229,7 +230,8 @@ def _check_child(request: CheckRequest) -> int:
         summary += f", {length} samples" if length is not None else " (iterable)"
         if extra:
             summary += f"; the factory sets {', '.join(sorted(extra))}"
-        emit(Checked(True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary))
+        texts = tuple(f"{name}={text}" for name, text in loader_arg_texts(extra))  # the snippet keeps them
+        emit(Checked(True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary, texts))
         return 0
     except SpecError as exc:
         traceback.print_exc()

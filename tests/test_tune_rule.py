@@ -1,0 +1,84 @@
+"""What loadertop.tune tries and keeps, over hand-built measurements (no loader, no workers): the sweep's range
+(issue 18 item 5), the sweep's rule and reason, and the other knobs tried at the count it keeps (issue 22 item 3)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from loadertop.core.engine.analysis import analyze
+from loadertop.core.job.tune_plan import Tuner, tune_settings
+from loadertop.core.model.config import TrialConfig, adaptive_cap
+from loadertop.core.model.results import TrialResult
+from tests.test_analysis import machine
+
+pytestmark = pytest.mark.unit
+
+USER = TrialConfig(0, 32)
+
+
+def result(workers: int, sps: float, spread: float = 0.02, prefetch: int = 2) -> TrialResult:
+    config = TrialConfig(workers, 32, prefetch if workers else None, False, False, "fork" if workers else None)
+    return TrialResult(0, config, "ok", samples_per_s=sps, spread=spread, blocks=6, measured_s=3.0)
+
+
+def drive(tuner: Tuner, rate: Callable[[TrialConfig, int], float], limit: int = 40) -> None:
+    """Feed the tuner what each configuration it asks for measures (`rate(config, nth run)`) until it is done."""
+    runs: Counter[TrialConfig] = Counter()
+    while len(tuner.results) < limit and (config := tuner.next()) is not None:
+        sps = rate(config, runs[config])
+        runs[config] += 1
+        tuner.feed(result(config.num_workers, sps, prefetch=config.prefetch_factor or 2), None)
+
+
+def test_tune_climbs_as_far_as_the_sweep_would() -> None:
+    # On 2 CPUs tune's range stopped at 8 workers, where the issue's I/O-bound loader reached 0.75 of the step's
+    # ceiling; the sweep's own range (and its I/O-bound answers, 32-56 workers) goes to 64.
+    settings = tune_settings(USER, machine(usable_cpus=2), None, 0.05, cuda=False)
+    assert max(settings.workers) == adaptive_cap(2) == 64
+    assert max(tune_settings(USER, machine(usable_cpus=2), 12, 0.05, cuda=False).workers) == 12  # the user's cap
+
+
+def test_the_choice_and_its_reason_are_the_sweeps() -> None:
+    # Issue 22's trace: w=8 614 (its spread makes the band 15%), w=4 591, w=2 581 then 525, prefetch 4 at w=2.
+    tuner = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
+    runs = [result(0, 300), result(1, 330), result(2, 581, 0.04), result(4, 591, 0.10), result(8, 614, 0.15)]
+    runs += [result(2, 500, 0.04, prefetch=4), result(2, 525, 0.04)]
+    for run in runs:
+        tuner.feed(run, None)
+    rec = analyze(tuner.results, tuner.settings, tuner.machine)[1]
+    chosen = tuner.choice(USER)
+    assert rec is not None and chosen.config == rec.config  # the sweep's rule over the same measurements
+    assert rec.reason in chosen.reason
+    # 2 workers is within the band of the best: the reason must not claim 4 is the fewest within it.
+    assert "fewest workers within" not in chosen.reason
+    assert "2, 4 and 8 workers are within noise" in chosen.reason
+
+
+def test_the_other_knobs_are_tried_at_the_count_kept() -> None:
+    # 3 workers measures lucky once (within the band of 4's 400), then 300 on its repeats: the count kept is 4.
+    def rate(config: TrialConfig, nth: int) -> float:
+        base = {0: 80.0, 1: 100.0, 2: 200.0, 3: 392.0 if nth == 0 else 300.0}.get(config.num_workers, 400.0)
+        return base * (1.02 if config.prefetch_factor == 4 else 1.0)
+
+    tuner = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
+    drive(tuner, rate)
+    kept = tuner.choice(USER).config
+    with_prefetch_4 = {t.config.num_workers for t in tuner.results if t.config.prefetch_factor == 4}
+    assert kept.num_workers == 4
+    assert with_prefetch_4 == {4}  # tried where tune stays, and nowhere else
+    assert any("knobs: at the kept count (w=4" in line for line in tuner.decisions)
+    # prefetch 4 won at 4 workers: the reason is the count's (from the climb), not a one-point "still rising" curve
+    reason = tuner.choice(USER).reason
+    assert "still rising" not in reason and "prefetch_factor=4 at 4 workers: 408 vs 400 samples/s" in reason
+
+
+def test_a_climb_the_budget_ended_says_so() -> None:
+    # Still rising at 16 workers when the budget ran out, with 64 in the range: the budget is what to raise.
+    tuner = Tuner(tune_settings(USER, machine(), None, 0.05, cuda=False), machine())
+    for workers, sps in ((0, 120.0), (1, 130.0), (2, 250.0), (4, 500.0), (8, 900.0), (16, 1240.0)):
+        tuner.feed(result(workers, sps), None)
+    reason = tuner.choice(USER).reason
+    assert "the budget ended the climb (a larger budget_s)" in reason and "max_workers" not in reason
