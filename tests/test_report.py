@@ -16,7 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from tui_fakes import FakeSweep, FakeSweepFactory, sync, wait_until
+from tui_fakes import FakeSweep, FakeSweepFactory, cell, sync, wait_until
 
 from loadertop.core.engine import HEADERS, Report, build_report, num, pct
 from loadertop.core.engine.export import markdown, write_csv
@@ -299,7 +299,7 @@ async def test_tui_marks_the_equivalence_set(tmp_path: Path) -> None:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         app.flush(everything=True)
         table = app.query_one(ResultsTable)
-        marks = {table.configs[i]: str(table.get_row_at(i)[0]) for i in range(table.row_count)}
+        marks = {table.configs[i]: cell(table, i, "mark") for i in range(table.row_count)}
         assert [c for c, mark in marks.items() if "≈" in mark] == [c for c in rec.equivalent if c != rec.config]
         assert "★" in marks[rec.config] and "≈" not in marks[rec.config]
         header = str(app.query_one(HeaderPane).view())
