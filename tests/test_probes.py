@@ -405,6 +405,16 @@ def test_summarize_keeps_the_most_processes_seen_beside() -> None:
     assert summarize_window([sample(1.0, (worker,))], [5]).parked_beside == 0  # never read: none counted
 
 
+def test_pss_is_the_whole_pools_while_workers_restart() -> None:
+    # Short epochs: between the old workers' exit and the new ones' report, the ticks see the main process alone
+    # (PSS 25 MB) for most of the window; the 8-worker pool read 180 MB.
+    pool = tuple(WorkerSample(pid=p, rss_mb=20.0, cpu_percent=5.0, uss_mb=13.0) for p in range(8))
+    samples = [
+        sample(0.5 * k, pool if k % 4 == 0 else (), total_pss_mb=180.0 if k % 4 == 0 else 25.0) for k in range(12)
+    ]
+    assert summarize_window(samples, range(8)).total_pss_mb == pytest.approx(180.0)
+
+
 def test_summarize_gpus_and_missing_values() -> None:
     samples = [
         sample(0.0, gpus=(GpuSample(0, 20.0, 1000.0), GpuSample(1, 40.0, 3000.0)), main_cpu_percent=None),

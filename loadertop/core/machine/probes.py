@@ -352,14 +352,17 @@ def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int])
             if worker.uss_mb is not None and worker.pid in uss:
                 uss[worker.pid].append((sample.t, worker.uss_mb))
     known = [pid for pid in dict.fromkeys(worker_pids) if uss[pid]]
+    # Workers restarting at an epoch boundary are briefly missing from the ticks; PSS and RSS are the whole pool's.
+    most = max((len(s.workers) for s in ordered), default=0)
+    whole = [s for s in ordered if len(s.workers) == most]
     gpu_samples = [g for s in ordered for g in s.gpus]
     return WindowStats(
         samples=len(ordered),
         worker_pids=tuple(known),
         worker_uss_mb=tuple(statistics.median(v for _, v in uss[pid]) for pid in known),
-        total_pss_mb=_median([s.total_pss_mb for s in ordered if s.total_pss_mb is not None]),
+        total_pss_mb=_median([s.total_pss_mb for s in whole if s.total_pss_mb is not None]),
         parked_beside=max((s.beside for s in ordered if s.beside is not None), default=0),
-        rss_mb=_median([s.rss_mb for s in ordered if s.rss_mb is not None]),
+        rss_mb=_median([s.rss_mb for s in whole if s.rss_mb is not None]),
         cpu_percent=_mean([s.cpu_percent for s in ordered]),
         main_cpu_percent=_mean([s.main_cpu_percent for s in ordered if s.main_cpu_percent is not None]),
         gpu_util=_mean([g.util_percent for g in gpu_samples]),
