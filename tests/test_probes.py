@@ -415,6 +415,15 @@ def test_pss_is_the_whole_pools_while_workers_restart() -> None:
     assert summarize_window(samples, range(8)).total_pss_mb == pytest.approx(180.0)
 
 
+def test_per_worker_figures_fall_back_to_the_last_workers_read() -> None:
+    # Short epochs: the workers reported last (3, 4) started after the window's last USS reading; the row showed
+    # no USS at all. The last workers read (1, 2) stand for the pool.
+    old = tuple(WorkerSample(pid=p, rss_mb=20.0, cpu_percent=5.0, uss_mb=12.0 + p) for p in (1, 2))
+    stats = summarize_window([sample(0.0, old), sample(0.5, ())], [3, 4])
+    assert stats.worker_pids == (1, 2) and stats.worker_uss_mb == (13.0, 14.0)
+    assert summarize_window([sample(0.0, old)], [2, 9]).worker_pids == (2,)  # the latest, where read
+
+
 def test_summarize_gpus_and_missing_values() -> None:
     samples = [
         sample(0.0, gpus=(GpuSample(0, 20.0, 1000.0), GpuSample(1, 40.0, 3000.0)), main_cpu_percent=None),

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from loadertop.core.engine.memory import live_figures, window_figures
 from loadertop.core.machine.facts import shm_free_mb
 from loadertop.core.machine.guards import TrialMemory, shm_hint
-from loadertop.core.machine.probes import summarize_window
+from loadertop.core.machine.probes import measured_pids, summarize_window
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import Event, Notice, ProbeSample, TrialLaunched, TrialProgress, TrialStarted
 from loadertop.core.model.protocol import (
@@ -89,7 +89,7 @@ class TrialWatch:
         """A probe tick of this trial, with the engine's figures for its own workers (engine/memory.py); called on
         the probe thread, with the window so far (frozen once the trial finished)."""
         if self.finished is not None:  # the window is closed: the figures its result will carry
-            return replace(sample, uss=window_figures(list(window), self.worker_pids))
+            return replace(sample, uss=window_figures(window, measured_pids(window, self.worker_pids)))
         return replace(sample, uss=live_figures(sample, list(window), self.worker_pids))
 
     def runner_died(self, tail: str) -> None:

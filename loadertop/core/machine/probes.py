@@ -343,15 +343,26 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def measured_pids(samples: Sequence[ProbeSample], worker_pids: Sequence[int]) -> tuple[int, ...]:
+    """The workers a window's per-worker figures are about: those of `worker_pids` (the trial's latest) read in
+    it; when none was (short epochs: the workers restarted after the last reading), the last ones read."""
+    read = {w.pid for s in samples for w in s.workers if w.uss_mb is not None}
+    latest = tuple(pid for pid in dict.fromkeys(worker_pids) if pid in read)
+    if latest:
+        return latest
+    last = max((s for s in samples if any(w.uss_mb is not None for w in s.workers)), key=lambda s: s.t, default=None)
+    return () if last is None else tuple(w.pid for w in last.workers if w.uss_mb is not None)
+
+
 def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int]) -> WindowStats:
     """Aggregate the probe samples of one trial's steady window (see `WindowStats`)."""
     ordered = sorted(samples, key=lambda s: s.t)
-    uss: dict[int, list[tuple[float, float]]] = {pid: [] for pid in worker_pids}
+    known = measured_pids(ordered, worker_pids)
+    uss: dict[int, list[float]] = {pid: [] for pid in known}
     for sample in ordered:
         for worker in sample.workers:
             if worker.uss_mb is not None and worker.pid in uss:
-                uss[worker.pid].append((sample.t, worker.uss_mb))
-    known = [pid for pid in dict.fromkeys(worker_pids) if uss[pid]]
+                uss[worker.pid].append(worker.uss_mb)
     # Workers restarting at an epoch boundary are briefly missing from the ticks; PSS and RSS are the whole pool's.
     most = max((len(s.workers) for s in ordered), default=0)
     whole = [s for s in ordered if len(s.workers) == most]
@@ -359,7 +370,7 @@ def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int])
     return WindowStats(
         samples=len(ordered),
         worker_pids=tuple(known),
-        worker_uss_mb=tuple(statistics.median(v for _, v in uss[pid]) for pid in known),
+        worker_uss_mb=tuple(statistics.median(uss[pid]) for pid in known),
         total_pss_mb=_median([s.total_pss_mb for s in whole if s.total_pss_mb is not None]),
         parked_beside=max((s.beside for s in ordered if s.beside is not None), default=0),
         rss_mb=_median([s.rss_mb for s in whole if s.rss_mb is not None]),
