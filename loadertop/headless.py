@@ -216,6 +216,8 @@ class Reporter:
             self.progress.update(self.task, description=f"trial {event.index + 1}: {event.samples_per_s:.0f} samples/s")
         elif isinstance(event, TrialFinished):
             line = trial_line(event.result, self.count.counter(event.result.index))
+            if event.result.leak:  # the engine's ⚠, as the TUI's memory pane shows it
+                line += f"\n  ⚠ memory: {event.result.leak}"
             if self.progress is not None and self.task is not None:
                 self.progress.console.print(line, markup=False)
                 self.progress.advance(self.task)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -300,6 +301,49 @@ def test_watch_is_thread_safe_while_running(spawn: Spawn) -> None:
         assert len(sample.workers) <= 2
 
 
+# A trial as the runner forks it: the leader of its own process group, with `n` workers in that group.
+POOL = """
+import subprocess, sys, time
+workers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]) for _ in range({n})]
+print(" ".join(str(w.pid) for w in workers), flush=True)
+time.sleep(600)
+"""
+
+
+def test_processes_beside_the_trial_are_counted_with_its_pss() -> None:
+    # The finalists' parked pool (its trial and 2 workers, another group) is counted beside the running trial
+    # (1 worker, its own group); once the pool is dropped, nothing is.
+    pools = []
+    try:
+        for n in (1, 2):
+            pool = subprocess.Popen(
+                [sys.executable, "-c", POOL.format(n=n)], stdout=subprocess.PIPE, text=True, start_new_session=True
+            )
+            pools.append(pool)
+        assert pools[0].stdout is not None
+        workers = [int(p) for p in pools[0].stdout.readline().split()]
+        assert pools[1].stdout is not None and len(pools[1].stdout.readline().split()) == 2
+        now = [0.0]
+        probes = Probes(emit=lambda s: None, gpu=no_gpu(), full_info_every=2.0, clock=lambda: now[0])
+        probes.watch(0, pools[0].pid, workers)
+        assert probes.sample_once().beside == 3
+        os.killpg(pools[1].pid, 9)  # the runner drops the parked pool
+        pools[1].wait(timeout=30)  # its workers, orphaned, are no longer under the runner
+        now[0] = 1.0
+        assert probes.sample_once().beside == 3  # carried between memory reads, as PSS is
+        now[0] = 2.5
+        assert probes.sample_once().beside == 0
+        probes.watch(None, None, ())
+        assert probes.sample_once().beside is None  # between trials
+    finally:
+        for pool in pools:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pool.pid, 9)
+            pool.wait(timeout=30)
+            if pool.stdout is not None:
+                pool.stdout.close()
+
+
 # -- summarize_window -------------------------------------------------------------------------------------------
 
 
@@ -345,8 +389,6 @@ def test_summarize_linear_uss_growth() -> None:
     assert stats.samples == 16
     assert stats.worker_pids == (11, 12)
     assert stats.worker_uss_mb == pytest.approx((101.5, 80.0))
-    assert stats.worker_uss_slope_mb_per_min[0] == pytest.approx(30.0)
-    assert stats.worker_uss_slope_mb_per_min[1] is None  # one distinct reading: no slope to fit
     assert stats.total_pss_mb == pytest.approx(507.5)
     assert stats.rss_mb == pytest.approx(900.0)
     assert stats.cpu_percent == pytest.approx(107.5)
@@ -355,11 +397,31 @@ def test_summarize_linear_uss_growth() -> None:
     assert stats.mem_available_min_mb == pytest.approx(10_000.0)
 
 
-def test_summarize_single_reading_has_no_slope() -> None:
+def test_summarize_keeps_the_most_processes_seen_beside() -> None:
     worker = WorkerSample(pid=5, rss_mb=10.0, cpu_percent=0.0, uss_mb=42.0)
-    stats = summarize_window([sample(1.0, (worker,)), sample(1.5, (worker,))], [5])
+    stats = summarize_window([sample(1.0, (worker,), beside=None), sample(1.5, (worker,), beside=9)], [5])
     assert stats.worker_uss_mb == (42.0,)
-    assert stats.worker_uss_slope_mb_per_min == (None,)
+    assert stats.parked_beside == 9
+    assert summarize_window([sample(1.0, (worker,))], [5]).parked_beside == 0  # never read: none counted
+
+
+def test_pss_is_the_whole_pools_while_workers_restart() -> None:
+    # Short epochs: between the old workers' exit and the new ones' report, the ticks see the main process alone
+    # (PSS 25 MB) for most of the window; the 8-worker pool read 180 MB.
+    pool = tuple(WorkerSample(pid=p, rss_mb=20.0, cpu_percent=5.0, uss_mb=13.0) for p in range(8))
+    samples = [
+        sample(0.5 * k, pool if k % 4 == 0 else (), total_pss_mb=180.0 if k % 4 == 0 else 25.0) for k in range(12)
+    ]
+    assert summarize_window(samples, range(8)).total_pss_mb == pytest.approx(180.0)
+
+
+def test_per_worker_figures_fall_back_to_the_last_workers_read() -> None:
+    # Short epochs: the workers reported last (3, 4) started after the window's last USS reading; the row showed
+    # no USS at all. The last workers read (1, 2) stand for the pool.
+    old = tuple(WorkerSample(pid=p, rss_mb=20.0, cpu_percent=5.0, uss_mb=12.0 + p) for p in (1, 2))
+    stats = summarize_window([sample(0.0, old), sample(0.5, ())], [3, 4])
+    assert stats.worker_pids == (1, 2) and stats.worker_uss_mb == (13.0, 14.0)
+    assert summarize_window([sample(0.0, old)], [2, 9]).worker_pids == (2,)  # the latest, where read
 
 
 def test_summarize_gpus_and_missing_values() -> None:
@@ -373,14 +435,14 @@ def test_summarize_gpus_and_missing_values() -> None:
     assert stats.gpu_mem_mb == pytest.approx(3000.0)
     assert stats.main_cpu_percent == pytest.approx(30.0)
     assert stats.total_pss_mb == pytest.approx(500.0)
-    assert stats.worker_uss_mb == () and stats.worker_uss_slope_mb_per_min == ()
+    assert stats.worker_uss_mb == ()
     assert stats.mem_available_min_mb == pytest.approx(5000.0)
 
 
 def test_summarize_empty() -> None:
     stats = summarize_window([], [1, 2])
     assert stats.samples == 0
-    assert stats.worker_pids == () and stats.worker_uss_mb == () and stats.worker_uss_slope_mb_per_min == ()
+    assert stats.worker_pids == () and stats.worker_uss_mb == () and stats.parked_beside == 0
     assert stats.total_pss_mb is None and stats.rss_mb is None
     assert stats.cpu_percent is None and stats.main_cpu_percent is None
     assert stats.gpu_util is None and stats.gpu_mem_mb is None and stats.mem_available_min_mb is None

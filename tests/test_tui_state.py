@@ -12,7 +12,6 @@ from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import ProbeSample, SweepFinished, SweepStarted, TrialFinished, TrialLaunched
 from loadertop.tui import fmt, ranges
 from loadertop.tui.state import SweepState
-from loadertop.tui.trace import climbing, slope
 from loadertop.tui.widgets.results import status_text
 
 
@@ -136,19 +135,6 @@ def test_eta_counts_down_from_the_trial_budget_then_from_measured_trials(tmp_pat
             break
     per_trial = state.finish_times[-1] / 3
     assert state.eta() == pytest.approx(per_trial * 4)
-
-
-def test_slope_and_climbing() -> None:
-    flat = [(t, 100.0) for t in range(0, 30, 2)]
-    assert slope(flat) == pytest.approx(0.0)
-    assert not climbing(flat, slope(flat))
-    rising = [(float(t), 100.0 + 0.1 * t) for t in range(0, 30, 2)]
-    assert slope(rising) == pytest.approx(6.0)
-    assert climbing(rising, slope(rising))
-    short = rising[:3]
-    assert not climbing(short, 6.0)  # not watched long enough
-    one_step = [(float(t), 100.0 if t < 20 else 110.0) for t in range(0, 30, 2)]
-    assert not climbing(one_step, slope(one_step))  # one jump, one change: too few to call it steady
 
 
 def test_spark_rescales_pins_and_pads() -> None:

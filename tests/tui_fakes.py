@@ -22,6 +22,7 @@ from typing import Any, ParamSpec
 
 from textual.pilot import Pilot
 
+from loadertop.core.engine.memory import live_figures, window_figures
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import (
     Event,
@@ -34,6 +35,7 @@ from loadertop.core.model.events import (
     TrialLaunched,
     TrialProgress,
     TrialStarted,
+    UssFigures,
     WorkerSample,
 )
 from loadertop.core.model.results import GpuInfo, Knee, MachineInfo, Recommendation, SweepResult, TrialResult
@@ -191,13 +193,15 @@ class FakeSweep:
         stall = max(0.02, 1.0 - sps / (4400.0 * self.factor))
         start_t = t
         uss: tuple[float, ...] = ()
+        window: list[ProbeSample] = []
         for block in range(BLOCKS):
             if not self._gate():
                 return None, t
             t += BLOCK_T
             since = t - start_t
             uss = tuple(140.0 + 3.0 * k + since * (0.25 if k == nw - 1 else 0.01) for k in range(nw))
-            yield self._probe(index, t, config, wpids, uss, stall)
+            window.append(self._probe(index, t, config, wpids, uss, stall))
+            yield replace(window[-1], uss=live_figures(window[-1], window, wpids))  # as the engine's driver does
             wiggle = 1.0 + 0.03 * math.sin(1.7 * block + nw)
             yield TrialProgress(
                 index=index,
@@ -215,10 +219,17 @@ class FakeSweep:
             self.held.clear()
             if self._cancel.is_set():
                 return None, t
-        return self._ok(index, config, sps, stall, first, uss), t
+        return self._ok(index, config, sps, stall, first, uss, window_figures(window, wpids)), t
 
     def _ok(
-        self, index: int, config: TrialConfig, sps: float, stall: float, first: float, uss: tuple[float, ...]
+        self,
+        index: int,
+        config: TrialConfig,
+        sps: float,
+        stall: float,
+        first: float,
+        uss: tuple[float, ...],
+        figures: UssFigures,
     ) -> TrialResult:
         nw = config.num_workers
         pss, rss = self._memory(nw, uss)
@@ -232,7 +243,9 @@ class FakeSweep:
             first_batch_s=first,
             stall_fraction=stall,
             worker_uss_mb=uss,
-            worker_uss_slope_mb_per_min=tuple(15.0 if k == nw - 1 else 0.6 for k in range(nw)),
+            worker_uss_slope_mb_per_min=tuple(w.slope_mb_per_min for w in figures.workers),  # 15.0 and 0.6 MB/min
+            worker_uss_climbing=tuple(w.climbing for w in figures.workers),
+            leak=figures.leak,
             total_pss_mb=pss,
             rss_mb=rss,
             cpu_percent=min(200.0, 60.0 + 45.0 * nw),

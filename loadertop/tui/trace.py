@@ -1,22 +1,19 @@
 """One trial as the panes show it: what was sampled while it ran, then, once it has finished, its TrialResult.
 
 A finished trial reads the figures of its result (what the table shows); samples that arrive after it finished
-(the probe tick taken after the workers exited) are not taken in.
+(the probe tick taken after the workers exited) are not taken in. Memory figures (which workers are the trial's,
+their slopes, the ⚠) are the engine's (ProbeSample.uss, then the result): the trace keeps USS readings only to draw.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.events import ProbeSample, TrialProgress
+from loadertop.core.model.events import ProbeSample, TrialProgress, UssFigures
 from loadertop.core.model.results import TrialResult
-from loadertop.core.model.series import slope_per_min
 
 HISTORY = 600  # samples kept per series: minutes at the default interval, a few hundred KB at most
-CLIMB_MB_PER_MIN = 1.0  # a worker whose USS grows faster than this, steadily, gets a warning
-CLIMB_MIN_SPAN_S = 10.0  # ...once it has been watched this long
 
 
 @dataclass
@@ -43,7 +40,8 @@ class TrialTrace:
     spread: float | None = None
     stall_fraction: float | None = None
     worker_pids: list[int] = field(default_factory=list)
-    uss: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # pid -> (t, USS MB)
+    uss: dict[int, list[float]] = field(default_factory=dict)  # pid -> its USS readings (MB), drawn as a sparkline
+    figures: UssFigures | None = None  # the engine's latest judgement of the trial's own workers
     sampled_pss_mb: float | None = None
     sampled_rss_mb: float | None = None
     gpu_util: dict[int, list[float]] = field(default_factory=dict)
@@ -69,11 +67,10 @@ class TrialTrace:
         if self.result is not None:
             return False
         for worker in sample.workers:
-            if worker.uss_mb is None:
-                continue
-            if worker.pid not in self.worker_pids:
-                self.worker_pids.append(worker.pid)
-            push(self.uss.setdefault(worker.pid, []), (sample.t, worker.uss_mb))
+            if worker.uss_mb is not None:
+                push(self.uss.setdefault(worker.pid, []), worker.uss_mb)
+        if sample.uss is not None:
+            self.figures = sample.uss
         if sample.total_pss_mb is not None:
             self.sampled_pss_mb = sample.total_pss_mb
         if sample.rss_mb is not None:
@@ -82,44 +79,34 @@ class TrialTrace:
             push(self.gpu_util.setdefault(gpu.index, []), gpu.util_percent)
         return True
 
+    @property
+    def leak(self) -> str | None:
+        """The engine's leak sentence: the result's once finished, else the latest tick's."""
+        if self.result is not None:
+            return self.result.leak
+        return self.figures.leak if self.figures is not None else None
+
     def workers(self) -> list[WorkerMemory]:
+        """The trial's own workers as the engine listed them. Running: the latest tick's figures. Finished: the
+        result's (what the table shows), in the same order, drawn with the readings of the pid at that place."""
+        live = self.figures.workers if self.figures is not None else ()
         result = self.result
-        final_uss = result.worker_uss_mb if result else ()
-        final_slopes = result.worker_uss_slope_mb_per_min if result else ()
-        out = []
-        for i, pid in enumerate(self.worker_pids):
-            points = self.uss.get(pid, [])
-            # Running: our slope over what the sparkline shows. Finished: the result's figures, as the table.
-            rate = final_slopes[i] if i < len(final_slopes) else slope(points)
-            now = final_uss[i] if i < len(final_uss) else (points[-1][1] if points else None)
-            out.append(WorkerMemory(f"w{i}", [v for _, v in points], now, rate, climbing(points, rate)))
-        return out
-
-
-def steady(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Drop the first third of the watched time: a worker grows while it imports and fills its first
-    batches, and that is not the leak-like growth the slope is for."""
-    if len(points) < 2:
-        return points
-    cut = points[0][0] + (points[-1][0] - points[0][0]) / 3
-    return [p for p in points if p[0] >= cut]
-
-
-def slope(points: list[tuple[float, float]]) -> float | None:
-    """USS slope in MB/min after warm-up (the shared formula); None until there are a few seconds of it."""
-    return slope_per_min(steady(points))
-
-
-def climbing(points: list[tuple[float, float]], slope: float | None) -> bool:
-    """Steady growth, not one step: fast enough, watched long enough, several steps up and few down."""
-    if slope is None or slope < CLIMB_MB_PER_MIN or len(points) < 4:
-        return False
-    if points[-1][0] - points[0][0] < CLIMB_MIN_SPAN_S:
-        return False
-    values = [v for _, v in steady(points)]
-    changes = [b - a for a, b in itertools.pairwise(values) if b != a]
-    rises = sum(c > 0 for c in changes)
-    return rises >= 3 and rises / len(changes) >= 0.75
+        if result is None or not result.worker_uss_mb:
+            return [
+                WorkerMemory(f"w{i}", self.uss.get(w.pid, []), w.uss_mb, w.slope_mb_per_min, w.climbing)
+                for i, w in enumerate(live)
+            ]
+        slopes, climbing = result.worker_uss_slope_mb_per_min, result.worker_uss_climbing
+        return [
+            WorkerMemory(
+                f"w{i}",
+                self.uss.get(live[i].pid, []) if i < len(live) else [],
+                uss,
+                slopes[i] if i < len(slopes) else None,
+                i < len(climbing) and climbing[i],
+            )
+            for i, uss in enumerate(result.worker_uss_mb)
+        ]
 
 
 def push(series: list, value: object) -> None:

@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from loadertop.core.engine.memory import own_memory
 from loadertop.core.engine.wording import sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
@@ -161,7 +162,7 @@ def _merged(runs: list[TrialResult]) -> TrialResult:
     mean = sum(xs) / len(xs)
     between = (max(xs) - min(xs)) / mean if mean > 0 else 0.0
     within = min((t.spread for t in runs if t.spread is not None), default=0.0)
-    return dataclasses.replace(
+    merged = dataclasses.replace(
         max(runs, key=lambda t: t.index),
         samples_per_s=mean,
         batches_per_s=_mean([t.batches_per_s for t in runs]),
@@ -172,6 +173,7 @@ def _merged(runs: list[TrialResult]) -> TrialResult:
         blocks=sum(t.blocks for t in runs),
         measured_s=sum(t.measured_s for t in runs),
     )
+    return own_memory(merged, runs)  # memory from a run read alone (engine/memory.py)
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -91,6 +91,7 @@ class Sweep:
         self._thread: threading.Thread | None = None
         self._window: list[ProbeSample] | None = None
         self._window_index: int | None = None
+        self._watch: TrialWatch | None = None  # the running trial: its probe ticks carry its memory figures
         self._probes: Probes | None = None
 
     @property
@@ -181,6 +182,9 @@ class Sweep:
         window = self._window
         if window is not None and sample.index == self._window_index:
             window.append(sample)
+        watch = self._watch
+        if watch is not None and sample.index == watch.index:
+            sample = watch.with_figures(sample, window or [])
         self._emit(sample)
 
     # -- the driver thread ------------------------------------------------------------------------------
@@ -352,7 +356,7 @@ class Sweep:
         park = self.planner.keep() and self.settings.ranks == 1 and self._nodes is None
         runner.send(TrialRequest(index, config, self.settings, decide_below=below, decide_above=above, park=park))
         watch = TrialWatch(self, self._emit, index, max(len(self.planner.planned()), index + 1), config)
-        self._window, self._window_index = None, index
+        self._window, self._window_index, self._watch = None, index, watch
         try:
             if not self._follow_trial(runner, watch):
                 return None
@@ -360,6 +364,7 @@ class Sweep:
             if watch.error is not None:  # whatever is left of a failed trial goes with it
                 self._signal_trial(signal.SIGKILL)
             memory = self.guard.disarm()
+            self._watch = None
             with self._lock:
                 self._trial_pgid = None
             self.follow(None, None, ())

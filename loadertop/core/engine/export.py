@@ -69,6 +69,8 @@ def csv_row(row: ReportRow, result: SweepResult) -> dict[str, object]:
         cpu_percent=row.cpu_percent,
         runs=" ".join(map(str, row.runs)),
         uss_per_worker_mb=row.uss_per_worker_mb,
+        total_pss_mb=row.pss_mb,  # the row's memory: a run read alone (engine/memory.py), not always the latest
+        rss_mb=row.rss_mb,
         recommended=row.recommended,
         knee=row.knee,
         equivalent=row.equivalent,

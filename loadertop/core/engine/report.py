@@ -85,8 +85,9 @@ def config_cells(c: TrialConfig) -> dict[str, str]:
 @dataclass(frozen=True)
 class ReportRow:
     """One configuration. Throughput, spread, stall and CPU are over its finished runs (the analysis's merge, the
-    figure the recommendation quotes); memory, first batch, epoch, data-wait tails and GPU are its latest finished
-    run's."""
+    figure the recommendation quotes); memory is its latest run read with no other pool parked beside it
+    (engine/memory.py: a parked pool splits PSS); first batch, epoch, data-wait tails and GPU are its latest
+    finished run's."""
 
     config: TrialConfig
     status: str  # ok when any run finished, else the latest run's status

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from loadertop.core.engine.memory import live_figures, window_figures
 from loadertop.core.machine.facts import shm_free_mb
 from loadertop.core.machine.guards import TrialMemory, shm_hint
-from loadertop.core.machine.probes import summarize_window
+from loadertop.core.machine.probes import measured_pids, summarize_window
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import Event, Notice, ProbeSample, TrialLaunched, TrialProgress, TrialStarted
 from loadertop.core.model.protocol import (
@@ -83,6 +84,13 @@ class TrialWatch:
             return False
         self.error = f"no batch for {timeout:.0f} s (last: {self.last_what})"
         return True
+
+    def with_figures(self, sample: ProbeSample, window: list[ProbeSample]) -> ProbeSample:
+        """A probe tick of this trial, with the engine's figures for its own workers (engine/memory.py); called on
+        the probe thread, with the window so far (frozen once the trial finished)."""
+        if self.finished is not None:  # the window is closed: the figures its result will carry
+            return replace(sample, uss=window_figures(window, measured_pids(window, self.worker_pids)))
+        return replace(sample, uss=live_figures(sample, list(window), self.worker_pids))
 
     def runner_died(self, tail: str) -> None:
         self.error = self.error or f"the runner died: {tail}"
@@ -185,6 +193,7 @@ def measured(
 ) -> TrialResult:
     """The one place a Finished message becomes a TrialResult (with the probes' summary of the window)."""
     stats = summarize_window(window, worker_pids)
+    figures = window_figures(window, stats.worker_pids)  # the same judgement the faces showed live
     return TrialResult(
         index=index,
         config=config,
@@ -195,8 +204,11 @@ def measured(
         first_batch_s=finished.first_batch_s,
         stall_fraction=finished.stall_fraction,
         worker_uss_mb=stats.worker_uss_mb,
-        worker_uss_slope_mb_per_min=stats.worker_uss_slope_mb_per_min,
+        worker_uss_slope_mb_per_min=tuple(w.slope_mb_per_min for w in figures.workers),
+        worker_uss_climbing=tuple(w.climbing for w in figures.workers),
+        leak=figures.leak,
         total_pss_mb=stats.total_pss_mb,
+        parked_beside=stats.parked_beside,
         rss_mb=stats.rss_mb,
         cpu_percent=stats.cpu_percent,
         main_cpu_percent=stats.main_cpu_percent,

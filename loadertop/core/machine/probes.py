@@ -10,7 +10,9 @@ Processes come and go under us (a worker exits, a trial is killed): those are sk
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import statistics
 import threading
 import time
@@ -31,7 +33,6 @@ from loadertop.core.machine.facts import (
 )
 from loadertop.core.machine.gpu import GpuProbe, describe_error
 from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
-from loadertop.core.model.series import slope_per_min
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,7 @@ class _Reading:
     cpu_percent: float
     uss_mb: float | None
     pss_mb: float | None
+    full: bool = False  # USS and PSS were read at this tick (not carried from an earlier one)
 
 
 def _new_tracked(pid: int) -> _Tracked | None:
@@ -102,6 +104,7 @@ class Probes:
         self._worker_pids: tuple[int, ...] = ()
         self._procs: dict[int, _Tracked] = {}
         self._gone: set[int] = set()  # watched pids seen exiting: never looked up again (the pid may be reused)
+        self._beside: int | None = None  # processes beside the trial at its main process's last memory read
         self._logged: set[str] = set()
         self.errors = 0  # sample or emit failures so far (each logged, the first of a kind with its traceback)
 
@@ -139,6 +142,8 @@ class Probes:
             missing = [pid for pid in wanted if pid not in self._procs and pid not in self._gone]
         fresh = {pid: tracked for pid in missing if (tracked := _new_tracked(pid)) is not None}
         with self._lock:
+            if self._main_pid != main_pid:
+                self._beside = None
             self._index = index
             self._main_pid = None if main_pid is None else int(main_pid)
             self._worker_pids = workers
@@ -217,22 +222,23 @@ class Probes:
                     raise psutil.ZombieProcess(pid)
                 cpu = process.cpu_percent(None)
                 rss_mb = process.memory_info().rss / MB
-            if tracked.full_t is None or now - tracked.full_t >= self.full_info_every:
+            due = tracked.full_t is None or now - tracked.full_t >= self.full_info_every
+            if due:
                 tracked.full_t = now
                 try:
-                    full = process.memory_full_info()
+                    info = process.memory_full_info()
                 except psutil.AccessDenied:
-                    pass  # keep CPU and RSS; try again at the next full-info time
+                    due = False  # keep CPU and RSS; try again at the next full-info time
                 else:
-                    tracked.uss_mb = full.uss / MB
-                    pss = getattr(full, "pss", None)  # Linux only
+                    tracked.uss_mb = info.uss / MB
+                    pss = getattr(info, "pss", None)  # Linux only
                     tracked.pss_mb = None if pss is None else pss / MB
         except psutil.NoSuchProcess:  # includes ZombieProcess
             self._forget(pid, tracked)
             return None
         except psutil.AccessDenied:
             return None
-        return _Reading(rss_mb=rss_mb, cpu_percent=cpu, uss_mb=tracked.uss_mb, pss_mb=tracked.pss_mb)
+        return _Reading(rss_mb=rss_mb, cpu_percent=cpu, uss_mb=tracked.uss_mb, pss_mb=tracked.pss_mb, full=due)
 
     def sample_once(self) -> ProbeSample:
         """Take one sample now (what the thread does each tick; tests may call it directly)."""
@@ -242,6 +248,8 @@ class Probes:
                 index, main_pid, worker_pids = self._index, self._main_pid, self._worker_pids
 
             main = None if main_pid is None else self._read(main_pid, now)
+            if main is not None and main.full:
+                self._beside = _beside(main_pid)  # counted when PSS is read: the two go together
             workers: list[WorkerSample] = []
             readings: list[_Reading] = [] if main is None else [main]
             for pid in worker_pids:
@@ -281,7 +289,26 @@ class Probes:
                 shm_free_mb=shm_free_mb(self._shm_path),
                 gpus=gpus,
                 gpu_unavailable=gpu_unavailable,
+                beside=None if main is None else self._beside,
             )
+
+
+def _beside(main_pid: int) -> int | None:
+    """Processes under the trial's parent (the runner) outside the trial's own process group: the parked finalists'
+    trials and their workers. They were forked from the same runner, so they share pages with the trial and its
+    PSS is split with them. None when it cannot be read."""
+    try:
+        parent = psutil.Process(main_pid).parent()
+        if parent is None:
+            return None
+        group = os.getpgid(main_pid)
+        others = 0
+        for process in parent.children(recursive=True):
+            with contextlib.suppress(ProcessLookupError):
+                others += os.getpgid(process.pid) != group
+        return others
+    except (psutil.Error, ProcessLookupError):
+        return None
 
 
 # -- one trial's steady window ---------------------------------------------------------------------------
@@ -297,10 +324,9 @@ class WindowStats:
 
     samples: int
     worker_pids: tuple[int, ...]
-    worker_uss_mb: tuple[float, ...]  # median of the known USS readings
-    # Least squares over distinct readings (model/series.py); None where too few readings to fit one.
-    worker_uss_slope_mb_per_min: tuple[float | None, ...]
+    worker_uss_mb: tuple[float, ...]  # median of the known USS readings (slopes: engine/memory.py)
     total_pss_mb: float | None  # median
+    parked_beside: int  # the most processes of other parked trials seen beside it at a memory read
     rss_mb: float | None  # median
     cpu_percent: float | None  # mean of main + workers, percent of one CPU
     main_cpu_percent: float | None  # mean
@@ -317,32 +343,37 @@ def _mean(values: Sequence[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
-def _distinct_readings(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Between full-info reads the probe repeats the last USS: keep the first sample of each run of equal values."""
-    distinct: list[tuple[float, float]] = []
-    for t, value in points:
-        if not distinct or value != distinct[-1][1]:
-            distinct.append((t, value))
-    return distinct
+def measured_pids(samples: Sequence[ProbeSample], worker_pids: Sequence[int]) -> tuple[int, ...]:
+    """The workers a window's per-worker figures are about: those of `worker_pids` (the trial's latest) read in
+    it; when none was (short epochs: the workers restarted after the last reading), the last ones read."""
+    read = {w.pid for s in samples for w in s.workers if w.uss_mb is not None}
+    latest = tuple(pid for pid in dict.fromkeys(worker_pids) if pid in read)
+    if latest:
+        return latest
+    last = max((s for s in samples if any(w.uss_mb is not None for w in s.workers)), key=lambda s: s.t, default=None)
+    return () if last is None else tuple(w.pid for w in last.workers if w.uss_mb is not None)
 
 
 def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int]) -> WindowStats:
     """Aggregate the probe samples of one trial's steady window (see `WindowStats`)."""
     ordered = sorted(samples, key=lambda s: s.t)
-    uss: dict[int, list[tuple[float, float]]] = {pid: [] for pid in worker_pids}
+    known = measured_pids(ordered, worker_pids)
+    uss: dict[int, list[float]] = {pid: [] for pid in known}
     for sample in ordered:
         for worker in sample.workers:
             if worker.uss_mb is not None and worker.pid in uss:
-                uss[worker.pid].append((sample.t, worker.uss_mb))
-    known = [pid for pid in dict.fromkeys(worker_pids) if uss[pid]]
+                uss[worker.pid].append(worker.uss_mb)
+    # Workers restarting at an epoch boundary are briefly missing from the ticks; PSS and RSS are the whole pool's.
+    most = max((len(s.workers) for s in ordered), default=0)
+    whole = [s for s in ordered if len(s.workers) == most]
     gpu_samples = [g for s in ordered for g in s.gpus]
     return WindowStats(
         samples=len(ordered),
         worker_pids=tuple(known),
-        worker_uss_mb=tuple(statistics.median(v for _, v in uss[pid]) for pid in known),
-        worker_uss_slope_mb_per_min=tuple(slope_per_min(_distinct_readings(uss[pid])) for pid in known),
-        total_pss_mb=_median([s.total_pss_mb for s in ordered if s.total_pss_mb is not None]),
-        rss_mb=_median([s.rss_mb for s in ordered if s.rss_mb is not None]),
+        worker_uss_mb=tuple(statistics.median(uss[pid]) for pid in known),
+        total_pss_mb=_median([s.total_pss_mb for s in whole if s.total_pss_mb is not None]),
+        parked_beside=max((s.beside for s in ordered if s.beside is not None), default=0),
+        rss_mb=_median([s.rss_mb for s in whole if s.rss_mb is not None]),
         cpu_percent=_mean([s.cpu_percent for s in ordered]),
         main_cpu_percent=_mean([s.main_cpu_percent for s in ordered if s.main_cpu_percent is not None]),
         gpu_util=_mean([g.util_percent for g in gpu_samples]),

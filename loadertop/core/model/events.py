@@ -71,6 +71,24 @@ class GpuSample:
 
 
 @dataclass(frozen=True)
+class WorkerUss:
+    """One worker of the running trial, judged by the engine (engine/memory.py) over the trial's steady window."""
+
+    pid: int
+    uss_mb: float | None  # the last known reading
+    slope_mb_per_min: float | None  # least squares over the window's distinct readings; None until enough of them
+    climbing: bool = False  # steady, significant growth: the ⚠ of every face
+
+
+@dataclass(frozen=True)
+class UssFigures:
+    """The running trial's own workers (never a parked pool's, nor an earlier epoch's), as every face shows them."""
+
+    workers: tuple[WorkerUss, ...]
+    leak: str | None = None  # the warning sentence when a worker climbs, else None
+
+
+@dataclass(frozen=True)
 class ProbeSample:
     """One tick of the probes thread. `index` is the running trial, None between trials."""
 
@@ -87,6 +105,10 @@ class ProbeSample:
     shm_free_mb: float | None
     gpus: tuple[GpuSample, ...] = ()
     gpu_unavailable: str | None = None
+    # Processes outside the trial's group under its parent, the runner (parked finalists' trials and workers), at
+    # the last memory read: PSS splits the pages they share with the trial over them too. None: not read.
+    beside: int | None = None
+    uss: UssFigures | None = None  # the engine's figures for the running trial (driver); None from the probes
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,12 @@ class TrialResult:
     stall_fraction: float | None = None  # time blocked in next() / (blocked + consumer step)
     worker_uss_mb: tuple[float, ...] = ()  # per worker, median over the steady window
     worker_uss_slope_mb_per_min: tuple[float | None, ...] = ()  # MB/min per worker; None where unfit
+    worker_uss_climbing: tuple[bool, ...] = ()  # per worker: its USS climbs steadily (engine/memory.py)
+    leak: str | None = None  # the sentence when a worker's USS climbs (copy-on-read?), else None
     total_pss_mb: float | None = None  # main + workers, proportional share of shared pages
+    # Processes of other parked trials (the finalists' pools) alive while this run's memory was read. 0: read
+    # alone, this run's own PSS. More: its PSS was split with them, so the row shows a run read alone.
+    parked_beside: int = 0
     rss_mb: float | None = None  # main + workers; includes shared pages (double counts)
     cpu_percent: float | None = None  # main + workers, percent of one CPU
     main_cpu_percent: float | None = None
@@ -128,7 +133,7 @@ class TrialResult:
 
 
 _TUPLES = ("worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings", "boundary_wait_ms")
-_TUPLES += ("rank_wait_ms_p99", "node_samples_per_s")
+_TUPLES += ("rank_wait_ms_p99", "node_samples_per_s", "worker_uss_climbing")
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
-"""Memory pane: each worker's USS over time and its growth slope, total PSS, and RSS (which
-double-counts pages the workers share with the parent, so it is labelled as such)."""
+"""Memory pane: each of the trial's own workers' USS over time and its growth slope, total PSS, and RSS (which
+double-counts pages the workers share with the parent, so it is labelled as such).
+
+It draws the engine's figures (ProbeSample.uss while the trial runs, its TrialResult after): which workers are the
+trial's, their slopes and the ⚠. Nothing here fits or judges."""
 
 from __future__ import annotations
 

@@ -12,10 +12,13 @@ fake a flat line. A worker seen under a new pid (workers restart each epoch) sta
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+
+STEADY_THIRDS = 9  # readings from which steadiness is judged on thirds of the span (3 or more in each)
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,41 @@ def fit_slope(points: list[tuple[float, float]]) -> Fit | None:
     return Fit(slope * 60.0, stderr * 60.0, points[-1][0] - points[0][0], n)
 
 
+def distinct(points: Iterable[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Between full reads the probe repeats the last USS: keep the first reading of each run of equal values."""
+    kept: list[tuple[float, float]] = []
+    for t, value in points:
+        if not kept or value != kept[-1][1]:
+            kept.append((t, value))
+    return kept
+
+
+def judge(points: Sequence[tuple[float, float]], config: LeakConfig) -> tuple[Fit | None, bool]:
+    """The one verdict on a worker's distinct USS readings: its fit (None below `min_points` or `min_span_s`), and
+    whether its growth is significant (Fit.significant) and steady (`steady`). Used by the live view and the sweep."""
+    if len(points) < config.min_points:
+        return None, False
+    fit = fit_slope(list(points))
+    if fit is None or fit.span_s < config.min_span_s:
+        return None, False
+    return fit, fit.significant(config) and steady(points, config.floor_mb_per_min)
+
+
+def steady(points: Sequence[tuple[float, float]], floor: float) -> bool:
+    """Growth that goes on, not one step (a cache filled once). With enough readings (STEADY_THIRDS), the first
+    third of the span and the last each rise faster than `floor`; with fewer (a sweep's short trial), at least 3
+    of the changes between readings, and 3 in 4 of them, are rises."""
+    if len(points) >= STEADY_THIRDS:
+        start, span = points[0][0], points[-1][0] - points[0][0]
+        first = [p for p in points if p[0] <= start + span / 3]
+        last = [p for p in points if p[0] >= start + 2 * span / 3]
+        fits = [fit_slope(first), fit_slope(last)]
+        return all(f is not None and f.slope_mb_per_min > floor for f in fits)
+    changes = [b[1] - a[1] for a, b in itertools.pairwise(points) if b[1] != a[1]]
+    rises = sum(c > 0 for c in changes)
+    return rises >= 3 and rises >= 0.75 * len(changes)
+
+
 class _Window:
     __slots__ = ("first_t", "last_value", "points")
 
@@ -96,29 +134,16 @@ class LeakDetector:
 
     def fit(self, pid: int) -> Fit | None:
         window = self._windows.get(pid)
-        if window is None or len(window.points) < self.config.min_points:
-            return None
-        fit = fit_slope(list(window.points))
-        if fit is None or fit.span_s < self.config.min_span_s:
-            return None
-        return fit
+        return None if window is None else judge(list(window.points), self.config)[0]
 
     def growing(self) -> dict[int, Fit]:
-        """The workers whose growth is significant (see LeakConfig) and steady: it shows in the first third of the
-        window and in the last (a one-time step, such as a cache filled once, sits in one third only)."""
+        """The workers whose growth is significant (see LeakConfig) and steady (`steady`)."""
         growing = {}
         for pid, window in self._windows.items():
-            fit = self.fit(pid)
-            if fit is not None and fit.significant(self.config) and self._steady(list(window.points)):
+            fit, grows = judge(list(window.points), self.config)
+            if fit is not None and grows:
                 growing[pid] = fit
         return growing
-
-    def _steady(self, points: list[tuple[float, float]]) -> bool:
-        start, span = points[0][0], points[-1][0] - points[0][0]
-        first = [p for p in points if p[0] <= start + span / 3]
-        last = [p for p in points if p[0] >= start + 2 * span / 3]
-        fits = [fit_slope(first), fit_slope(last)]
-        return all(f is not None and f.slope_mb_per_min > self.config.floor_mb_per_min for f in fits)
 
     def warning(self, available_mb: float | None) -> str | None:
         """One sentence for the growing workers, or None when none grows significantly."""
