@@ -33,6 +33,9 @@ class CheckRequest:
     TYPE: ClassVar[str] = "check"
     settings: Settings
     start_methods: tuple[str, ...] = ()  # those planned: spawn and forkserver need a picklable dataset
+    # Build the dataset in the runner first, once, for the check, the ceiling and every trial to fork from
+    # (trial/shared.py); False: each of them builds its own (--rebuild-dataset, or a build that cannot be shared).
+    share: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,11 @@ class Checked:
     iterable: bool = False
     extra: tuple[str, ...] = ()  # DataLoader arguments the factory sets
     summary: str = ""
+    built_s: float | None = None  # how long the build the check used took (the runner's shared one, or its own)
+    built_mb: float | None = None  # what the shared build added to the runner's private memory (None: not shared)
+    # The runner's build left threads, open files or child processes behind (named here): not checked, and not to
+    # be forked from; the driver starts a fresh runner and checks again without sharing.
+    unsafe: str = ""
 
 
 @dataclass(frozen=True)
