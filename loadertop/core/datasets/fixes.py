@@ -56,6 +56,9 @@ def same_error(error: str) -> str:
     return _WHERE.sub("", error).strip()
 
 
+FIRST_BATCH_FAILS = "the dataset's first batch fails"  # the check's words: every trial would fail the same way
+
+
 def bad_data(error: str, where: str) -> str:
     """One line: what failed, the error, and the fix when one is known."""
     fix = fix_for(error)

@@ -12,8 +12,9 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS
 from loadertop.core.engine.runner_link import RunnerProcess, log_tail
-from loadertop.core.model.config import Settings, UsageError
+from loadertop.core.model.config import DataError, Settings, UsageError
 from loadertop.core.model.protocol import Checked, CheckRequest
 
 # A slow factory (an ImageFolder scanning ImageNet's 1.28M files takes about a minute) is not a hung one.
@@ -49,7 +50,8 @@ def check_dataset(
         if not message.ok:
             runner.close()
     if not message.ok:
-        raise UsageError(message.error or "the dataset could not be loaded")
+        error = message.error or "the dataset could not be loaded"
+        raise (DataError if error.startswith(FIRST_BATCH_FAILS) else UsageError)(error)
     return DatasetCheck(runner, message, share, build_line(message, share, unsafe, settings.rebuild_dataset))
 
 

@@ -12,7 +12,7 @@ import traceback
 from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
-from loadertop.core.datasets.fixes import bad_data
+from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS, bad_data
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest, Emit
 from loadertop.core.trial.shared import dataset_for, shared
@@ -105,7 +105,7 @@ def check_first_batch(dataset: Any, extra: dict[str, Any], settings: Settings) -
     except StopIteration:
         return  # drop_last on a dataset smaller than the batch: the trials say what they find
     except Exception as exc:
-        raise SpecError(bad_data(describe(exc), "the dataset's first batch fails")) from exc
+        raise SpecError(bad_data(describe(exc), FIRST_BATCH_FAILS)) from exc
 
 
 def check_settings(settings: Settings, extra: dict[str, Any]) -> None:
