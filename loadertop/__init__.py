@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from loadertop.core.engine import sweep as sweep
     from loadertop.core.job.tune import tune as tune
     from loadertop.core.job.watch import watch as watch
+    from loadertop.core.model.config import DataError as DataError
     from loadertop.core.model.config import UsageError as UsageError
     from loadertop.core.trial.threads import set_worker_threads as set_worker_threads
 
@@ -32,6 +33,10 @@ def __getattr__(name: str) -> Any:
         from loadertop.core.model.config import UsageError
 
         return UsageError
+    if name == "DataError":  # a UsageError: the data fails the same way in every configuration (with the fix)
+        from loadertop.core.model.config import DataError
+
+        return DataError
     if name == "set_worker_threads":  # a picklable worker_init_fn: the snippet's --worker-threads
         from loadertop.core.trial.threads import set_worker_threads
 

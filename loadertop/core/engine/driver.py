@@ -15,6 +15,7 @@ import contextlib
 import dataclasses
 import os
 import queue
+import shutil
 import signal
 import threading
 import time
@@ -23,10 +24,12 @@ from pathlib import Path
 
 from loadertop.core.engine.ceilings import describe as describe_ceilings
 from loadertop.core.engine.ceilings import measure_ceilings
+from loadertop.core.engine.data_stop import SameFailure
+from loadertop.core.engine.dataset_check import check_dataset
 from loadertop.core.engine.nodes_link import NodeLink
 from loadertop.core.engine.outcome import conclude
 from loadertop.core.engine.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
-from loadertop.core.engine.runner_link import RUNNER_START_TIMEOUT, Cancelled, RunnerProcess, log_tail, start_runner
+from loadertop.core.engine.runner_link import Cancelled, RunnerProcess, log_tail, start_runner
 from loadertop.core.engine.search import make_planner
 from loadertop.core.engine.trial_watch import TrialWatch
 from loadertop.core.machine.facts import machine_info
@@ -42,7 +45,7 @@ from loadertop.core.machine.guards import (
 from loadertop.core.machine.probes import Probes
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Event, Notice, ProbeSample, SweepFinished, SweepStarted, TrialFinished
-from loadertop.core.model.protocol import Checked, CheckRequest, Exited, Forked, TrialRequest
+from loadertop.core.model.protocol import TrialRequest
 from loadertop.core.model.results import Ceiling, MachineInfo, SweepResult, TrialResult
 
 
@@ -71,6 +74,10 @@ class Sweep:
         self._skipped = [] if only else settings.skipped_configs()
         self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
         self._loader_args: tuple[str, ...] = ()
+        self._build: tuple[str, float | None] = ("", None)  # what was built, how long it took (dataset_check.py)
+        self._shared = False  # every trial is forked from the runner's one build of the dataset
+        self._same = SameFailure()  # every configuration failing the same way on the data stops the sweep
+        self._raised: str | None = None  # what the last trial's own code raised
         self.checked = threading.Event()  # set once the dataset spec loaded: faces may hold output until then
         self._fd_warned = False
         self.guard = MemoryGuard(
@@ -192,7 +199,10 @@ class Sweep:
     def _drive_safely(self) -> None:
         try:
             self._drive()
-        except BaseException as exc:  # a bug or a bad spec: hand it to the consumer, never die silently
+        except UsageError as exc:  # bad input: one line and exit 2, and no run folder left behind
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+            self._queue.put(exc)
+        except BaseException as exc:  # a bug: hand it to the consumer, never die silently
             import traceback
 
             with open(self.run_dir / LOG, "a") as log:
@@ -213,23 +223,27 @@ class Sweep:
             probes.start()
             self.guard.start()
             runner = start_runner(self.run_dir / LOG, self._cancel)
-            self._check_dataset(runner)
+            runner = self._check_dataset(runner)
+            machine = dataclasses.replace(machine, dataset_build=self._build[0], dataset_build_s=self._build[1])
+            write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
             if self._skipped:
                 self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run (the "
                                   "DataLoader rejects their knobs there); they show as skipped"))  # fmt: skip
             self._ceilings = self._measure_ceilings(runner)
             self._emit(Notice("info", describe_ceilings(self._ceilings)))
+            self._same.ceilings(self._ceilings)
             self.planner.setup(machine, self._ceilings)
             while (config := self._next_config(trials)) is not None:
                 if self._cancel.is_set() or self._stop_after.is_set():
                     break
                 index = len(trials)
                 self._resumed.wait()
-                trial = self._kept_or_skipped(index, config)
+                trial, self._raised = self._kept_or_skipped(index, config), None
                 if trial is None:
                     if runner.proc.poll() is not None:  # it died with a trial: start afresh
                         runner.close()
                         runner = start_runner(self.run_dir / LOG, self._cancel)
+                        runner = self._check_dataset(runner, quiet=True) if self._shared else runner
                     trial = self._run_trial(runner, index, config)
                 trial = self._node_share(index, config, trial)
                 if trial is None or (trial.status == "failed" and self._cancel.is_set() and not self.node_break):
@@ -237,6 +251,8 @@ class Sweep:
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
+                if self._nodes is None:  # many nodes: node 0's verdict goes through the link, as any stop
+                    self._same.trial(trial, self._raised)
         except Cancelled:
             pass
         finally:
@@ -332,19 +348,25 @@ class Sweep:
         reason = self.guard.check_before(config)
         return None if reason is None else TrialResult(index, config, "skipped", error=reason)
 
-    def _check_dataset(self, runner: RunnerProcess) -> None:
+    def _check_dataset(self, runner: RunnerProcess, quiet: bool = False) -> RunnerProcess:
+        """The dataset, consumer and knobs checked; the runner built the dataset once for every trial unless
+        --rebuild-dataset (or its build cannot be forked from: then a fresh runner, returned, each trial its own)."""
         methods = tuple(sorted({c.start_method for c in self.planner.planned() if c.start_method}))
-        runner.send(CheckRequest(self.settings, methods))  # the consumer and knobs are checked with the dataset
-        message = runner.next(RUNNER_START_TIMEOUT, "load the dataset", self._cancel)
-        if not isinstance(message, Checked):
-            raise RuntimeError(f"runner said {message!r} instead of checked")
-        if not message.ok:
-            raise UsageError(message.error or "the dataset could not be loaded")
-        self._iterable = message.iterable
-        self._loader_args = message.extra_args  # what the factory passes the DataLoader: the snippet keeps it
+
+        def restart() -> RunnerProcess:
+            runner.close()
+            return start_runner(self.run_dir / LOG, self._cancel)
+
+        check = check_dataset(runner, restart, self.settings, methods, self._cancel)
+        if quiet:  # a runner started again mid-sweep: build once more, say nothing new
+            return check.runner
+        self._iterable, self._shared = check.checked.iterable, check.shared
+        self._build = check.build, check.checked.built_s
+        self._loader_args = check.checked.extra_args  # what the factory passes the DataLoader: the snippet keeps it
         self.checked.set()
-        if message.summary:
-            self._emit(Notice("info", message.summary))
+        said = check.checked.summary  # one line: what the dataset is, and how it was built
+        self._emit(Notice("info", f"{said}; {check.build.removeprefix(f'dataset {check.checked.dataset} ')}"))
+        return check.runner
 
     # -- one trial ------------------------------------------------------------------------------------------------
 
@@ -360,6 +382,7 @@ class Sweep:
         try:
             if not self._follow_trial(runner, watch):
                 return None
+            self._raised = watch.raised
         finally:
             if watch.error is not None:  # whatever is left of a failed trial goes with it
                 self._signal_trial(signal.SIGKILL)
@@ -378,7 +401,7 @@ class Sweep:
         timeout = self.settings.trial_timeout
         while not watch.exited:
             if self._cancel.is_set():
-                self._drain_until_exit(runner)
+                runner.drain_until_exit()
                 return False
             if not self._resumed.is_set():
                 watch.touch()
@@ -393,19 +416,6 @@ class Sweep:
             else:
                 watch.handle(message)
         return True
-
-    def _drain_until_exit(self, runner: RunnerProcess, timeout: float = 2.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                message = runner.get(timeout=0.05)
-            except queue.Empty:
-                continue
-            if message is None or isinstance(message, Exited):
-                return
-            if isinstance(message, Forked):  # cancelled as it was forked: its group was not known yet
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(message.pid, signal.SIGKILL)
 
     # -- the running trial's host (trial_watch.TrialHost) ---------------------------------------------------------
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadertop.core.model.protocol import ProtocolError, Ready, Reply, Request, decode, encode
+from loadertop.core.model.protocol import Exited, Forked, ProtocolError, Ready, Reply, Request, decode, encode
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
 RUNNER_ARGV = (sys.executable, "-m", "loadertop.core.trial.runner")
@@ -86,6 +86,21 @@ class RunnerProcess:
                 raise RuntimeError(f"the runner exited while trying to {doing}: {log_tail(self.log_path)}")
             return message
 
+    def drain_until_exit(self, timeout: float = 2.0) -> None:
+        """After a cancel: read until the trial's Exited, killing a trial forked meanwhile (its group was not known
+        to the driver yet)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                message = self.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            if message is None or isinstance(message, Exited):
+                return
+            if isinstance(message, Forked):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(message.pid, signal.SIGKILL)
+
     def close(self, grace: float = 1.0) -> None:
         """Closing stdin tells the runner to kill any running trial and exit; SIGKILL if it dawdles."""
         with contextlib.suppress(OSError):
@@ -97,6 +112,9 @@ class RunnerProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        # Whatever the user's dataset started in the runner's own group (a pool its factory left behind) goes too.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
 
 

@@ -68,6 +68,7 @@ class TrialWatch:
         self.rank_pids: tuple[int, ...] = ()  # --ranks: the other ranks' main processes
         self.finished: Finished | None = None
         self.error: str | None = None
+        self.raised: str | None = None  # what the trial's own code raised (its Failed message), if it did
         self.exited = False
         self.last_what = "starting"  # what the trial did last, for the message when it hangs
         self.last_activity = time.monotonic()
@@ -151,6 +152,7 @@ class TrialWatch:
 
     def _failed(self, message: Failed) -> None:
         self.error = self.error or message.error
+        self.raised = message.error if message.data else None
 
     def _exited(self, message: Exited) -> None:
         self.exited = True

@@ -12,6 +12,15 @@ class UsageError(ValueError):
     """Bad input from the user: reported as one line, exit code 2."""
 
 
+class DataError(UsageError):
+    """The data itself fails, the same way in every configuration tried (PIL images without ToTensor, samples of
+    different shapes): one line with the fix, exit code 2. `error` is the failure as the trials said it."""
+
+    def __init__(self, message: str, error: str = "") -> None:
+        super().__init__(message)
+        self.error = error
+
+
 def default_start_method() -> str:
     # The first entry is this platform's default: what the user's training script gets.
     return multiprocessing.get_all_start_methods()[0]
@@ -175,6 +184,11 @@ class Settings:
     nodes: int = field(default=1, metadata=option(None, "nodes in the sweep (set by the launch)", "count", low=1))
     node_rank: int = field(default=0, metadata=option(
         None, "this node's rank (set by the launch)", "count", low=0))
+    # The dataset is built once per sweep in the runner and every trial forked from it (trial/shared.py); True: a
+    # build per trial, for datasets holding handles (files, sockets, threads) that do not survive fork.
+    rebuild_dataset: bool = field(default=False, metadata=option(
+        "--rebuild-dataset", "build the dataset in every trial, not once per sweep (for datasets holding files, "
+        "sockets or threads that do not survive a fork)", "flag", group=_HOW, const=True))
     search: str = field(default="adaptive", metadata=option(
         "--search", "adaptive (default): climb, bisect, repeat the finalists; grid: all of them", "choice",
         choices=("adaptive", "grid")))

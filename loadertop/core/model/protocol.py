@@ -33,6 +33,9 @@ class CheckRequest:
     TYPE: ClassVar[str] = "check"
     settings: Settings
     start_methods: tuple[str, ...] = ()  # those planned: spawn and forkserver need a picklable dataset
+    # Build the dataset in the runner first, once, for the check, the ceiling and every trial to fork from
+    # (trial/shared.py); False: each of them builds its own (--rebuild-dataset, or a build that cannot be shared).
+    share: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,11 @@ class Checked:
     extra: tuple[str, ...] = ()  # DataLoader arguments the factory sets
     summary: str = ""
     extra_args: tuple[str, ...] = ()  # the same as "name=text" for the snippet (model/arg_text.py)
+    built_s: float | None = None  # how long the build the check used took (the runner's shared one, or its own)
+    built_mb: float | None = None  # what the shared build added to the runner's private memory (None: not shared)
+    # The runner's build left threads, open files or child processes behind (named here): not checked, and not to
+    # be forked from; the driver starts a fresh runner and checks again without sharing.
+    unsafe: str = ""
 
 
 @dataclass(frozen=True)
@@ -206,6 +214,9 @@ class Failed:
 
     TYPE: ClassVar[str] = "failed"
     error: str
+    # Raised from outside loadertop (the dataset, its collate, the user's step, torch): the data path's own
+    # failure, which the sweep stops on when it repeats (engine/data_stop.py); not loadertop's (no clean block).
+    data: bool = False
 
 
 @dataclass(frozen=True)

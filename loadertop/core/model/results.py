@@ -38,6 +38,9 @@ class MachineInfo:
     default_start_method: str
     gpus: tuple[GpuInfo, ...] = ()
     gpu_unavailable: str | None = None  # "unavailable: reason" when NVML cannot be used
+    # The user's dataset as the sweep built it: what, how long, and whether every trial was forked from one build.
+    dataset_build: str = ""
+    dataset_build_s: float | None = None
 
     def summary(self) -> str:
         gpus = f"{len(self.gpus)} GPU ({self.gpus[0].name})" if self.gpus else "no GPU"

@@ -27,9 +27,9 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
     try:
         from torch.utils.data import DataLoader
 
-        from loadertop.core.datasets.spec import load_dataset
         from loadertop.core.trial.consumer import Consumer, make_consumer
         from loadertop.core.trial.sharding import batch_rows
+        from loadertop.core.trial.shared import dataset_for
         from loadertop.core.trial.transport import measure_transport
 
         pin = settings.pin_memory[0]
@@ -40,7 +40,7 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
             for bs in settings.batch_sizes:
                 emit(CeilingMeasured(bs, None, IDLE_NOTE))
             return 0
-        dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
+        dataset, extra = dataset_for(settings)
         for bs in settings.batch_sizes:
             loader = DataLoader(dataset, batch_size=bs, num_workers=0, pin_memory=pin, **extra)
             batch = next(iter(loader))
@@ -56,8 +56,10 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
     except BaseException as exc:
         import traceback
 
+        from loadertop.core.trial.crashes import describe
+
         traceback.print_exc()
-        emit(Failed(f"{type(exc).__name__}: {exc}".strip()))
+        emit(Failed(describe(exc)))  # one line, as a trial says it: the sweep stops when a trial repeats it
         return 1
 
 

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
-from loadertop.core.datasets.spec import load_dataset
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.trial.shared import dataset_for
 
 
 class EpochControl:
@@ -68,7 +68,7 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
 
     from loadertop.core.trial.crashes import note_indices
 
-    dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
+    dataset, extra = dataset_for(settings)  # the runner's build, inherited, unless each trial builds its own
     # Failures then name the sample index; not for spawn/forkserver workers, which re-pickle the dataset.
     dataset = note_indices(dataset, pickled=config.num_workers > 0 and config.start_method != "fork")
     kwargs: dict[str, Any] = dict(extra)

@@ -19,10 +19,7 @@ import signal
 import sys
 import time
 import traceback
-from typing import Any
 
-from loadertop.core.model.arg_text import loader_arg_texts
-from loadertop.core.model.config import Settings
 from loadertop.core.model.jobs import pid_alive
 from loadertop.core.model.protocol import (
     PROTOCOL_VERSION,
@@ -194,119 +191,51 @@ def _killpg(pgid: int) -> None:
 def _check(request: CheckRequest) -> None:
     """Validate the dataset spec (and consumer, knobs) before the sweep: exit 2 on a bad one.
 
-    In a forked child, so the user's imports, threads and open files never become part of the runner that every
-    trial is forked from."""
+    With `share`, the dataset is built here first, once (trial/shared.py): the check, the ceiling and every trial
+    are forked from this process and use it. The check itself runs in a forked child, so the user's other imports
+    (the consumer's), threads and open files never become part of the runner that every trial is forked from."""
+    if request.share and not _share(request):
+        return
     runner = os.getpid()
     pid = os.fork()
     if pid == 0:
         die_with_parent(runner)
         code = 1
         try:
-            code = _check_child(request)
+            from loadertop.core.trial.check import check_child
+
+            code = check_child(request, emit)
         finally:
             sys.stderr.flush()
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     if os.WIFSIGNALED(status) or os.WEXITSTATUS(status) not in (0, 2):
         how = f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status) else f"code {os.WEXITSTATUS(status)}"
-        error = f"loading the dataset killed its process ({how}); see runner.log"
+        error = f"loading the dataset killed its process ({how})"
         emit(Checked(ok=False, error=error))
 
 
-def _check_child(request: CheckRequest) -> int:
+def _share(request: CheckRequest) -> bool:
+    """Build the dataset in the runner; False when the check ends here (the factory failed, or what it left
+    behind must not be forked from: the driver then starts a fresh runner)."""
     from loadertop.core.datasets.errors import SpecError
-    from loadertop.core.datasets.spec import load_dataset
+    from loadertop.core.trial.shared import build_shared
 
-    settings = request.settings
+    print(f"--- building the dataset once: {request.settings.dataset}", file=sys.stderr, flush=True)
     try:
-        dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
-        methods = set(request.start_methods)
-        if methods & {"spawn", "forkserver"}:
-            _check_picklable(dataset, extra, sorted(methods & {"spawn", "forkserver"}))
-        iterable = _check_items(dataset, settings.dataset)
-        _check_settings(settings, extra)
-        summary = f"dataset {type(dataset).__name__}"
-        length = _len(dataset)
-        summary += f", {length} samples" if length is not None else " (iterable)"
-        if extra:
-            summary += f"; the factory sets {', '.join(sorted(extra))}"
-        texts = tuple(f"{name}={text}" for name, text in loader_arg_texts(extra))  # the snippet keeps them
-        emit(Checked(True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary, texts))
-        return 0
+        build = build_shared(request.settings)
     except SpecError as exc:
         traceback.print_exc()
         emit(Checked(ok=False, error=str(exc)))
-        return 2
-    except Exception as exc:  # the user's code failed in a way load_dataset did not foresee: still one line
-        traceback.print_exc()
-        error = " ".join(f"checking the dataset raised {type(exc).__name__}: {exc}".split())
-        emit(Checked(ok=False, error=error))
-        return 2
-
-
-def _check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> None:
-    """What spawn and forkserver workers receive must pickle: the dataset and the functions they call."""
-    import pickle
-
-    from loadertop.core.datasets.errors import SpecError
-
-    parts = {"the dataset": dataset, **{k: extra[k] for k in ("collate_fn", "worker_init_fn") if extra.get(k)}}
-    for name, value in parts.items():
-        try:
-            pickle.dumps(value)
-        except Exception as exc:
-            raise SpecError(
-                f"{name} cannot be pickled for {'/'.join(methods)} workers ({type(exc).__name__}: {exc}); "
-                "define classes and functions at module level, or use --start-method fork"
-            ) from exc
-
-
-def _check_items(dataset: Any, spec: str) -> bool:
-    """An IterableDataset has no length: make sure it yields something. True when it is iterable-style."""
-    from torch.utils.data import IterableDataset
-
-    from loadertop.core.datasets.errors import SpecError
-
-    if not isinstance(dataset, IterableDataset):
         return False
-    try:
-        next(iter(dataset))
-    except StopIteration:
-        raise SpecError(f"dataset {spec} is an IterableDataset that yields nothing") from None
-    except Exception as exc:
-        raise SpecError(f"iterating dataset {spec} raised {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:  # not foreseen by load_dataset: still one line
+        traceback.print_exc()
+        emit(Checked(ok=False, error=" ".join(f"building the dataset raised {type(exc).__name__}: {exc}".split())))
+        return False
+    if build.unsafe:
+        emit(Checked(ok=True, dataset=type(build.dataset).__name__, built_s=build.seconds, unsafe=build.unsafe))
+        return False
     return True
-
-
-def _check_settings(settings: Settings, extra: dict[str, Any]) -> None:
-    """Knobs the installed torch or the factory's own arguments cannot honour."""
-    import torch
-
-    from loadertop.core.datasets.errors import SpecError
-    from loadertop.core.datasets.spec import load_callable
-    from loadertop.core.trial.loader import supports_in_order
-
-    if settings.consumer:
-        try:
-            load_callable(settings.consumer, "consumer")
-        except SpecError as exc:
-            raise SpecError(f"--consumer: {exc}") from exc
-    if False in settings.in_order and not supports_in_order():
-        raise SpecError(f"--in-order off needs DataLoader(in_order=...): torch 2.6 or newer, not {torch.__version__}")
-    if "batch_sampler" in extra and len(settings.batch_sizes) > 1:
-        raise SpecError("the dataset factory fixes batch_sampler, so --batch-size cannot be swept")
-    if settings.ranks > 1:
-        import torch.distributed as dist
-
-        if not dist.is_available() or not dist.is_gloo_available():
-            raise SpecError(f"--ranks {settings.ranks} needs torch.distributed with gloo, which this torch lacks")
-
-
-def _len(dataset: Any) -> int | None:
-    try:
-        return len(dataset)
-    except TypeError:
-        return None
 
 
 def _ceiling_main(request: CeilingRequest) -> int:
@@ -334,10 +263,20 @@ def _trial_main(request: TrialRequest, park: tuple[int, int] | None = None) -> i
         traceback.print_exc()
         from loadertop.core.trial.crashes import describe
 
-        emit(Failed(describe(exc)))
+        emit(Failed(describe(exc), data=not _raised_by_loadertop(exc)))
         return 1
     finally:
         sys.stderr.flush()
+
+
+def _raised_by_loadertop(exc: BaseException) -> bool:
+    """Where the exception was raised: loadertop's own code (a measurement that found no clean block), or the data
+    path (the dataset, its collate, the user's step, torch re-raising a worker's exception)."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
 
 
 if __name__ == "__main__":
