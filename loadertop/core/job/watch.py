@@ -290,12 +290,14 @@ def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
     return state.recorder
 
 
-def _on_host(batch: Any) -> bool:
-    """Whether the batch's first leaf lives in host memory (a GPU batch is never held longer: see _epoch)."""
+def _hold_plan(batch: Any) -> tuple[bool, type]:
+    """From an epoch's first batch: whether its batches are held (host memory only: a batch on a GPU is never
+    held longer, see _epoch), and a class whose batches are held as they are (a tensor, an array, a tuple)."""
     try:
-        return getattr(getattr(_first_leaf(batch), "device", None), "type", "cpu") == "cpu"
+        on_host = getattr(getattr(_first_leaf(batch), "device", None), "type", "cpu") == "cpu"
+        return on_host, tuple if isinstance(batch, list | tuple | Mapping) else batch.__class__
     except Exception:
-        return False
+        return False, tuple
 
 
 def _parts(batch: Any) -> Any:
@@ -331,7 +333,7 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
     batches, first, complete, in_step = 0, None, False, False
     wait = t_ready = 0.0
     samples = 0
-    hold = False
+    hold, whole = False, tuple
     held = before = None  # the batch handed out last, and the one before it (released in the next wait)
     try:
         t_ask = t_start
@@ -346,10 +348,12 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
             wait = t_ready - t_ask
             if first is None:
                 first = wait
-                hold = _on_host(batch)
+                hold, whole = _hold_plan(batch)
             samples = fixed if fixed and batches != last else samples_in(batch)
-            if hold:
-                before, held = held, _parts(batch)
+            if hold:  # a tuple as it is (immutable); a list copied (the loop may change it in place)
+                cls = batch.__class__
+                before = held
+                held = batch if cls is tuple or cls is whole else tuple(batch) if cls is list else _parts(batch)
             in_step = True
             yield batch
             t_ask = perf_counter()
