@@ -21,7 +21,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loadertop.core.engine import (
-    HEADERS,
     NodeLink,
     Report,
     Sweep,
@@ -43,6 +42,7 @@ from loadertop.core.model.events import (
     TrialProgress,
 )
 from loadertop.core.model.results import SweepResult, TrialResult
+from loadertop.headless_table import layout, output_width
 
 EXIT_FAILED = 1
 EXIT_INTERRUPTED = 130
@@ -86,23 +86,6 @@ def nodes_table(report: Report) -> Table | None:
     for node in row.nodes:
         cells = report.node_cells(node)
         table.add_row(*(escape(cells[key]) for key in report.node_columns), style="yellow" if node.paces else None)
-    return table
-
-
-def results_table(report: Report) -> Table:
-    """The report as a rich table: cells are the report's, styled by row (★ bold green, ◆ yellow)."""
-    table = Table(title="loadertop results", title_justify="left", caption=report.footnote, caption_justify="left")
-    for key in report.columns:
-        left = key in ("mark", "status", "why")
-        wraps = key in ("status", "why")  # they wrap, but never narrower than their header
-        table.add_column(
-            HEADERS[key], justify="left" if left else "right", no_wrap=not wraps, min_width=len(HEADERS[key])
-        )
-    for row in report.rows:
-        cells = report.cells(row)
-        style = "bold green" if row.recommended else ("yellow" if row.knee else None)
-        # Cells are plain text: an error such as "bad value [/data/x]" is not markup.
-        table.add_row(*(escape(cells[key]) for key in report.columns), style=style)
     return table
 
 
@@ -163,7 +146,8 @@ class Reporter:
         self, out: TextIO, err: TextIO, previous: SweepResult | None = None, checked: threading.Event | None = None
     ) -> None:
         self.terminals = (Terminal(out), Terminal(err))
-        self.out = Console(file=self.terminals[0], width=None if out.isatty() else 200, highlight=False)  # type: ignore[arg-type]
+        self.width = output_width(out)  # the terminal's; a file or a pipe: $COLUMNS, else 100
+        self.out = Console(file=self.terminals[0], width=self.width, highlight=False)  # type: ignore[arg-type]
         self.err = Console(file=self.terminals[1], highlight=False, stderr=True, soft_wrap=True)  # type: ignore[arg-type]
         self.live = err.isatty()
         self.previous = previous
@@ -236,7 +220,8 @@ class Reporter:
 
     def summary(self, result: SweepResult) -> None:
         report = build_report(result, self.previous)
-        self.out.print(results_table(report))
+        for part in layout(report, self.out, self.width):
+            self.out.print(part)
         nodes = nodes_table(report)
         if nodes is not None:
             self.out.print(nodes)

@@ -14,7 +14,7 @@ import math
 import multiprocessing
 import weakref
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -194,20 +194,26 @@ def loader_config(loader: Any) -> TrialConfig | None:
         return None
 
 
+def _first_leaf(batch: Any) -> Any:
+    """(x, y), [x, y], {"x": x}: the first leaf, looked for 8 levels down."""
+    for _ in range(8):
+        if isinstance(batch, list | tuple) and batch:
+            batch = batch[0]
+        elif isinstance(batch, Mapping) and batch:
+            batch = next(iter(batch.values()))
+        else:
+            break
+    return batch
+
+
 def samples_in(batch: Any) -> int:
     """How many samples a batch holds: the leading size of its first tensor/array (1 when it cannot tell)."""
     try:
-        for _ in range(8):  # (x, y), [x, y], {"x": x}: look at the first leaf
-            if isinstance(batch, list | tuple) and batch:
-                batch = batch[0]
-            elif isinstance(batch, dict) and batch:
-                batch = next(iter(batch.values()))
-            else:
-                break
-        shape = getattr(batch, "shape", None)
+        leaf = _first_leaf(batch)
+        shape = getattr(leaf, "shape", None)
         if shape:
             return int(shape[0])
-        return len(batch) if hasattr(batch, "__len__") else 1  # no exception on the common path: they are slow
+        return len(leaf) if hasattr(leaf, "__len__") else 1  # no exception on the common path: they are slow
     except Exception:
         return 1
 
@@ -284,8 +290,37 @@ def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
     return state.recorder
 
 
+def _hold_plan(batch: Any) -> tuple[bool, type]:
+    """From an epoch's first batch: whether its batches are held (host memory only: a batch on a GPU is never
+    held longer, see _epoch), and a class whose batches are held as they are (a tensor, an array, a tuple)."""
+    try:
+        on_host = getattr(getattr(_first_leaf(batch), "device", None), "type", "cpu") == "cpu"
+        return on_host, tuple if isinstance(batch, list | tuple | Mapping) else batch.__class__
+    except Exception:
+        return False, tuple
+
+
+def _parts(batch: Any) -> Any:
+    """What holds the batch's memory, taken when it is handed out: the loop may swap a dict's values for GPU
+    copies in place, and those must not be held."""
+    try:
+        if isinstance(batch, list | tuple):
+            return tuple(batch)
+        if isinstance(batch, Mapping):
+            return tuple(batch.values())
+    except Exception:  # an odd mapping: hold the batch itself, never raise into the loop
+        pass
+    return batch
+
+
 def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]:
-    """One epoch, recorded. Exceptions of the loader pass through unchanged; break/close ends it (complete=False)."""
+    """One epoch, recorded. Exceptions of the loader pass through unchanged; break/close ends it (complete=False).
+
+    The batch before the one handed out is held until the next next(), and let go there, inside the wait: the
+    loop's own names release it only when they take the next batch (`for x, y in ...` rebinds x and y after
+    next() returned), which would put its release (unmapping a worker batch's shared memory: milliseconds) in
+    the step. The job's own timing around next() counts it as waiting, and so does this. Costs one more host
+    batch alive during a step; a batch on a GPU is not held."""
     epoch = state.epoch  # taken when the epoch starts, not at iter(): an iterator never run uses no number
     state.epoch += 1
     t_start = perf_counter()
@@ -298,9 +333,12 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
     batches, first, complete, in_step = 0, None, False, False
     wait = t_ready = 0.0
     samples = 0
+    hold, whole = False, tuple
+    held = before = None  # the batch handed out last, and the one before it (released in the next wait)
     try:
         t_ask = t_start
         while True:
+            before = None  # the loop let go of it when it took the last batch: its release is waiting time
             try:
                 batch = next(it)
             except StopIteration:
@@ -310,7 +348,12 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
             wait = t_ready - t_ask
             if first is None:
                 first = wait
+                hold, whole = _hold_plan(batch)
             samples = fixed if fixed and batches != last else samples_in(batch)
+            if hold:  # a tuple as it is (immutable); a list copied (the loop may change it in place)
+                cls = batch.__class__
+                before = held
+                held = batch if cls is tuple or cls is whole else tuple(batch) if cls is list else _parts(batch)
             in_step = True
             yield batch
             t_ask = perf_counter()
@@ -322,5 +365,6 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
         if in_step:  # the loop left during a step (break, an exception in it): that step counts
             batches += 1
             append((epoch, batches, wait, end - t_ready, samples))
+        del held, before
         del it  # a DataLoader iterator shuts its workers down when released (persistent ones stay the loader's)
         rec.epoch_ended(epoch, batches, end - t_start, first, complete)

@@ -137,7 +137,7 @@ class LiveSession:
     def _pump(self) -> None:
         """Fold what the job said so far into the interval, and follow its workers."""
         if self._client is not None and self._fold is not None:
-            self._fold.fold((m for _, m in self._client.drain()), self._start, self._interval)
+            self._fold.fold((m for _, m in self._client.drain()), self._interval)
         if self._ended_why is None:
             self._update_workers()
 

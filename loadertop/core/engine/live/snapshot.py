@@ -18,7 +18,7 @@ from loadertop.core.model.live_protocol import (
     TuneStep,
 )
 
-SLACK_S = 0.05  # a step span ending this close before the interval began still counts (clock rounding)
+SLACK_S = 0.05  # a step span ending this close before attach still counts (clock rounding)
 
 
 @dataclass
@@ -79,15 +79,16 @@ class MessageFold:
         self.epoch: int | None = None
         self.worker_pids: dict[int, tuple[int, ...]] = {}  # loader -> its live iterator's workers
 
-    def fold(self, messages: Iterable[LiveMessage], start: float, interval: Interval) -> None:
-        """Fold messages into the interval being gathered. Steps that ended before `start` (history the job
-        replays to a new viewer) move the epoch and the workers but not the rates."""
+    def fold(self, messages: Iterable[LiveMessage], interval: Interval) -> None:
+        """Fold messages into the interval being gathered. Steps that ended before attach (history the job
+        replays to a new viewer) move the epoch and the workers but not the rates. A live span that arrives
+        after its interval closed counts in this one: none is lost (the rates add up to the job's)."""
         for message in messages:
             if isinstance(message, JobWorkers):
                 self.worker_pids[message.loader] = message.pids
             elif isinstance(message, JobSteps):
                 self.epoch = message.epoch
-                if message.t + self._shift >= start - SLACK_S:
+                if message.t + self._shift >= -SLACK_S:
                     interval.batches += message.batches
                     interval.samples += message.samples
                     interval.wait_s += message.wait_s
