@@ -20,9 +20,10 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
-from loadertop.core.engine.band import choose, merge_repeats, noise_band, within_band
+from loadertop.core.engine.band import choose, merge_repeats, noise_band
 from loadertop.core.engine.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
+from loadertop.core.engine.refine import SearchOver, refine
 from loadertop.core.engine.rungs import at_least, ladder, memory_cap, top_above
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
 from loadertop.core.engine.usl import fit_usl, past_peak, trusted, workers_to_reach
@@ -35,9 +36,6 @@ SMALL_SPACE = 4
 # Share of the memory we may use (MemAvailable, or the cgroup's headroom if tighter) that the loader may take:
 # the training process needs the rest for the model, optimizer state and its own batches.
 MEMORY_BUDGET_FRACTION = 0.5
-# Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
-REFINE_PRECISION = 0.25
-MAX_REFINE = 4
 
 
 def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) -> Planner:
@@ -46,10 +44,6 @@ def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) 
     if settings.search == "adaptive":
         return AdaptivePlanner(settings)
     return GridPlanner(settings.trial_configs())
-
-
-class _Stop(Exception):
-    """The search has nothing more worth measuring."""
 
 
 class AdaptivePlanner:
@@ -132,7 +126,7 @@ class AdaptivePlanner:
             yield from self._refine()
             yield from self._knobs()
             yield from self._repeat()
-        except _Stop:
+        except SearchOver:
             pass
         self._projection = []
         self._note("done", self._summary())
@@ -259,85 +253,10 @@ class AdaptivePlanner:
         self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
 
-    # -- 2. refine ------------------------------------------------------------------------------------------
+    # -- 2. refine: engine/refine.py ----------------------------------------------------------------------
 
     def _refine(self) -> Iterator[TrialConfig]:
-        for _ in range(MAX_REFINE):
-            curve = self._curve()
-            chosen = choose(curve, self.tol)
-            if chosen is None:
-                raise _Stop
-            best, c = chosen
-            n_c = c.config.num_workers
-            lower = [r.config.num_workers for r in curve if r.config.num_workers < n_c]
-            if not lower:
-                break
-            p = max(lower)
-            between = [m for m in self.counts if p < m < n_c and not self._measured(self._at(m))]
-            if not between:
-                break
-            if n_c - p <= max(1, REFINE_PRECISION * n_c):
-                self._note("refine", f"{workers(p)} and {workers(n_c)} are close enough: no further bisection")
-                break
-            m, why = self._midpoint(p, n_c, between, sps(best))
-            self._note(
-                "refine",
-                f"{workers(n_c)} is the fewest within noise of the best ({sps(best):.0f} samples/s at "
-                f"{workers(best.config.num_workers)}), {workers(p)} is not: {why} {workers(m)}",
-                self._at(m).label(),
-            )
-            yield self._at(m)
-        yield from self._refine_above()
-
-    def _midpoint(self, p: int, c: int, between: list[int], best: float) -> tuple[int, str]:
-        """Plain bisection. The USL's guess of where the band begins is shown beside it, not used: on curves with a
-        hard wall (the training process saturating) the smooth model overshoots, and a guess clamped into the
-        interval shrinks it more slowly than halving does."""
-        why = "bisect at"
-        fit = self._fit()
-        if fit is not None and trusted(fit):
-            reach = workers_to_reach(fit, best * (1.0 - self.tol), c)
-            if reach is not None:
-                why = f"(USL guesses {workers(reach)}) bisect at"
-        target = (p + c) / 2
-        return min(between, key=lambda m: (abs(m - target), m)), why
-
-    def _refine_above(self) -> Iterator[TrialConfig]:
-        """Between the best rung and the first rung above it, when that one was slower beyond the noise: a curve
-        that rose and then fell peaks somewhere between them (2 → 4 workers skips 3). Bisect toward the best, at
-        the USL's predicted peak when it trusts one there."""
-        for _ in range(MAX_REFINE):
-            curve = self._curve()
-            chosen = choose(curve, self.tol)
-            if chosen is None:
-                return
-            best = chosen[0]
-            b = best.config.num_workers
-            above = [r for r in curve if r.config.num_workers > b]
-            if not above:
-                return
-            h = min(above, key=lambda r: r.config.num_workers)
-            n_h = h.config.num_workers
-            between = [m for m in self.counts if b < m < n_h and not self._measured(self._at(m))]
-            if not between or n_h - b <= REFINE_PRECISION * b:
-                return
-            if within_band(h, best, self.tol):
-                return  # flat above the best: nothing between them can beat it by more than the noise
-            fit = self._fit()
-            if past := past_peak(fit, b):
-                self._note("refine", f"no bisection above {workers(b)}, the best rung: {past}")
-                return
-            target, why = (b + n_h) / 2, "bisect at"
-            if fit is not None and trusted(fit) and fit.peak_workers is not None and b < fit.peak_workers < n_h:
-                target, why = fit.peak_workers, f"the USL puts the peak at N*={fit.peak_workers:.1f}: try"
-            m = min(between, key=lambda v: (abs(v - target), v))
-            self._note(
-                "refine",
-                f"{workers(b)} is the best rung ({sps(best):.0f} samples/s) and {workers(n_h)} was slower "
-                f"({sps(h):.0f}): the peak may lie between them; {why} {workers(m)}",
-                self._at(m).label(),
-            )
-            yield self._at(m)
+        return refine(self)
 
     # -- 3. other knobs -------------------------------------------------------------------------------------
 
@@ -347,7 +266,7 @@ class AdaptivePlanner:
         for name in varying:
             chosen = choose(self._done, self.tol)
             if chosen is None:
-                raise _Stop
+                raise SearchOver
             base = chosen[1].config
             alternatives = [
                 c
