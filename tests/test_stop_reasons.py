@@ -115,7 +115,7 @@ CASES: dict[str, Case] = {
         lambda n: min(100.0 * max(n, 0.85), 390.0), ceilings=tuple(transport(n, 400.0) for n in (1, 2, 4, 8))
     ),
     FLAT: Case(lambda n: 100.0 * min(max(n, 0.85), 4), cpus=4, cpu=lambda n: 95.0 * min(max(n, 1), 4)),
-    SATURATED: Case(lambda n: 100.0 * min(max(n, 0.85), 2), cpus=2, cpu=lambda n: 95.0 * min(max(n, 1), 2), lucky=0.3),
+    SATURATED: Case(lambda n: 100.0 * min(max(n, 0.85), 2), cpus=2, cpu=lambda n: 95.0 * min(max(n, 1), 2), lucky=0.15),
     MEMORY: Case(lambda n: 100.0 * max(n, 0.85), worker_mb=200.0, mem_mb=4000.0),
     FAULT: Case(lambda n: 100.0 * max(n, 0.85), fail_from=8),
 }
@@ -179,7 +179,7 @@ def test_every_kind_has_a_case() -> None:
 
 
 def test_saturated_cpus_do_not_climb_on_one_lucky_run() -> None:
-    """2 CPUs, flat from 2 workers; a first run past the cores reads 30% high. The rung and the best below are
+    """2 CPUs, flat from 2 workers; a first run past the cores reads 15% high. The rung and the best below are
     measured again, the gain does not hold and the climb stops at 4 (the issue's run went on to 16); 2 and 4 are
     within noise of each other."""
     result = CASES[SATURATED].sweep()
@@ -187,6 +187,7 @@ def test_saturated_cpus_do_not_climb_on_one_lucky_run() -> None:
     assert max(counts) == 4 and counts.count(4) >= 2 and counts.count(2) >= 2
     rec = result.recommendation
     assert rec is not None and {2, 4} <= {c.num_workers for c in rec.equivalent}
+    assert rec.config.num_workers in (2, 4)  # from the repeats' means (band.Noise.surely_within may keep 4)
     notes = [s.message for s in result.search_trace]
     assert any("CPUs saturated" in m and "measured again" in m for m in notes)
     assert any("no significant win" in m for m in notes)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from loadertop.core.engine.band import choose, within_band
+from loadertop.core.engine.band import choose, noise_band, within_band
 from loadertop.core.engine.usl import past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import sps, workers
 from loadertop.core.model.config import TrialConfig
@@ -20,6 +20,12 @@ if TYPE_CHECKING:
 # Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
 REFINE_PRECISION = 0.25
 MAX_REFINE = 4
+
+
+def edges(threshold: float, tol: float) -> tuple[float, float]:
+    """A trial's decision edges (TrialRequest.decide_below/above) around the throughput that decides it: a
+    tolerance either side, as the climb's rungs have them (search._rung_decision)."""
+    return threshold * (1.0 - tol), threshold * (1.0 + tol)
 
 
 class SearchOver(Exception):
@@ -51,6 +57,8 @@ def refine(pl: AdaptivePlanner) -> Iterator[TrialConfig]:
             f"{workers(best.config.num_workers)}), {workers(p)} is not: {why} {workers(m)}",
             pl._at(m).label(),
         )
+        # its trial may stop once clearly inside or outside the band of the best (as a climb's rung may)
+        pl._decision = edges(sps(best) * (1.0 - noise_band(pl.tol, best)), pl.tol)
         yield pl._at(m)
     yield from _refine_above(pl)
 
@@ -104,4 +112,5 @@ def _refine_above(pl: AdaptivePlanner) -> Iterator[TrialConfig]:
             f"({sps(h):.0f}): the peak may lie between them; {why} {workers(m)}",
             pl._at(m).label(),
         )
+        pl._decision = edges(sps(best) * (1.0 + noise_band(pl.tol, best)), pl.tol)  # a win beyond the band?
         yield pl._at(m)

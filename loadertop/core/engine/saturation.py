@@ -38,6 +38,9 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
     a_cfg, b_cfg = prev.config, rung.config
     n, p = b_cfg.num_workers, a_cfg.num_workers
     cpu = max(t.cpu_percent or 0.0 for t in (prev, rung)) / 100.0
+    # Not even a gain far beyond one run's own spread is taken on one run: a run past the cores reads high on a busy
+    # machine with a steady spread (its blocks agree with each other, which says nothing of the next run)
+    gain, band = 0.0, pl.tol
     pl._note(
         "climb",
         f"{workers(n)}: {sps(rung):.0f} samples/s, {pct(sps(rung) / sps(prev) - 1.0, signed=True)} over {workers(p)} "
@@ -45,7 +48,7 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
         f"repeats; {workers(p)} and {workers(n)} measured again, alternately",
         b_cfg.label(),
     )
-    gain, band, head = 0.0, pl.tol, ""
+    head = ""
     for runs in range(2, CONFIRM_RUNS + 1):
         yield from (a_cfg, b_cfg)
         pair = [t for t in finished(pl._done) if t.config in (a_cfg, b_cfg)]
