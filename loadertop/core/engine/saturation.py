@@ -10,10 +10,11 @@ The repeats stay in the sweep: the conclusion merges them (band.merge_repeats), 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
-from loadertop.core.engine.band import Noise, finished, merge_repeats
+from loadertop.core.engine.band import BAND_CAP, Noise, finished, merge_repeats
 from loadertop.core.engine.finalists import Z
 from loadertop.core.engine.reasons import CPU_SATURATED
 from loadertop.core.engine.stops import FAULT, SATURATED, Stop
@@ -56,8 +57,7 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
         if b_cfg not in merged or a_cfg not in merged:
             return Stop(f"stopped climbing: a repeat of {workers(n)} or {workers(p)} failed", FAULT, n)
         a, b = merged[a_cfg], merged[b_cfg]
-        noise = Noise.of(pair, pl.tol)
-        gain, se, band = sps(b) / sps(a) - 1.0, noise.stderr(a, b), noise.band(a, b)
+        gain, se, band = _significance(pair, a, b, pl.tol)
         head = (
             f"{workers(n)} vs {workers(p)} over {runs} runs each: {sps(b):.0f} vs {sps(a):.0f} samples/s, "
             f"{pct(gain, signed=True)} ± {pct(Z * se)}"
@@ -74,3 +74,14 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
         n,
         gain,
     )
+
+
+def _significance(pair: list[TrialResult], a: TrialResult, b: TrialResult, tol: float) -> tuple[float, float, float]:
+    """(gain of b's mean over a's, its standard error, the band). The noise is the runs' disagreement with each other
+    (what repeats are for; at least the tolerance), not a run's own block-to-block spread: a run's mean over many
+    blocks is far steadier than one block, and a ±60% block spread would hide any gain."""
+    noise = Noise.of(pair, tol)
+    level = max(noise.between or 0.0, tol) if noise.dof >= 2 else noise.level(a, b)
+    se = level * math.sqrt(1.0 / noise.count(a) + 1.0 / noise.count(b))
+    band = min(max(tol, se / math.sqrt(2.0)), BAND_CAP * tol)
+    return sps(b) / sps(a) - 1.0, se, band
