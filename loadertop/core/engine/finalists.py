@@ -22,10 +22,10 @@ from loadertop.core.model.results import TrialResult
 
 Z = 2.0  # standard errors between the difference and the band's edge that settle which side it is on
 RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
-MAX_RUNS = 4  # runs of one finalist (its first included): the repeat cap of a duel
-MAX_DUELS = 2
+MAX_RUNS = 6  # runs of one finalist (its first included): the repeat cap of a duel
+MAX_DUELS = 3
 MAX_REPEATS = 16  # trials the whole phase may add ...
-REPEAT_SHARE, MIN_REPEATS = 8, 4  # ... and on a short range one per 8 worker counts (at least 4): its grid is cheap
+REPEAT_SHARE, MIN_REPEATS = 4, 4  # ... and on a short range one per 4 worker counts (at least 4): its grid is cheap
 
 Note = Callable[[str, str, "str | None"], None]
 
