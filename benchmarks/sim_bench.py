@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_machines import FAMILIES, Model, draw
 
-from loadertop.core.engine.band import choose
+from loadertop.core.engine.band import Noise, choose, choose_merged, equivalent, finished, merge_repeats
 from loadertop.core.engine.planners import GridPlanner
 from loadertop.core.engine.search import AdaptivePlanner
 from loadertop.core.model.config import Settings, TrialConfig
@@ -214,6 +214,46 @@ def growth(seeds: int, cpus: int = 64, families: Sequence[str] = ("io-bound", "r
     return lines
 
 
+def picks(trials: Sequence[TrialResult]) -> tuple[int, set[int]]:
+    """A sweep's pick and its `equivalent` set (the counts within noise of the best), as the recommendation has them."""
+    ok = merge_repeats(finished(trials))
+    noise = Noise.of(trials, TOLERANCE)
+    best, rec = choose_merged(ok, TOLERANCE, noise)
+    return rec.config.num_workers, {t.config.num_workers for t in equivalent(ok, best, noise)}
+
+
+def repeated(family: str, cpus: int, seed: int, runs: int = 3) -> tuple[bool, list[int], float, float]:
+    """The same workload swept `runs` times (fresh noise each time): whether every pick lies in every other run's
+    equivalent set, the picks, the worst accuracy and the median cost."""
+    model = draw(family, cpus, seed)
+    grid_s = drive(GridPlanner(settings_for(model).trial_configs()), model, f"{family}/{cpus}/{seed}/grid")[1]
+    found, costs = [], []
+    for k in range(runs):
+        trials, spent = drive(AdaptivePlanner(settings_for(model)), model, f"{family}/{cpus}/{seed}/run{k}")
+        found.append(picks(trials))
+        costs.append(spent / grid_s)
+    mutual = all(p in eq for p, _ in found for _, eq in found)
+    chosen = [p for p, _ in found]
+    return mutual, chosen, min(accuracy(model, n) for n in chosen), statistics.median(costs)
+
+
+def reproducibility(seeds: int, cores: Sequence[int] = (2, 4, 8), families: Sequence[str] = FAMILIES) -> list[str]:
+    """Issue 18.1: each case swept 3 times; the share of cases whose 3 picks are mutually equivalent."""
+    lines = [
+        "| family | CPUs | cases | mutually equivalent | picks differ | accuracy p10 (worst of 3) | cost median |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for family in families:
+        for cpus in cores:
+            rows = [repeated(family, cpus, s) for s in range(seeds)]
+            mutual = sum(r[0] for r in rows) / len(rows)
+            differ = sum(len(set(r[1])) > 1 for r in rows) / len(rows)
+            acc = quantile([r[2] for r in rows], 0.1)
+            cost = statistics.median(r[3] for r in rows)
+            lines.append(f"| {family} | {cpus} | {len(rows)} | {mutual:.2f} | {differ:.2f} | {acc:.3f} | {cost:.3f} |")
+    return lines
+
+
 def trace(family: str, cpus: int, seed: int = 0) -> list[str]:
     model = draw(family, cpus, seed)
     planner = AdaptivePlanner(settings_for(model))
@@ -231,7 +271,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, default=10, help="cases per family and core count (default 10)")
     parser.add_argument("--out", type=Path, help="write the tables to this markdown file")
     parser.add_argument("--trace", help="print the search trace of one case, FAMILY:CPUS, and stop")
+    parser.add_argument("--repeat", action="store_true", help="only the reproducibility table (3 sweeps per case)")
     args = parser.parse_args(argv)
+    if args.repeat:
+        print("\n".join(reproducibility(args.seeds)))
+        return 0
     if args.trace:
         family, _, cpus = args.trace.partition(":")
         print("\n".join(trace(family, int(cpus or 128))))
@@ -245,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     lines += ["## Noise the trials cannot see (spread shows a quarter of σ)", ""]
     lines += [*table(hidden, lambda o: o.noise, "noise"), ""]
     lines += ["## Cost growth with the range (64 CPUs, io-bound and retrograde)", "", *growth(args.seeds), ""]
+    lines += ["## The same case swept 3 times (2-8 CPUs)", "", *reproducibility(args.seeds), ""]
     lines.append(f"{len(outcomes) // len(METHODS)} cases in {time.perf_counter() - start:.1f} s")
     text = "\n".join(lines)
     print(text)

@@ -112,7 +112,10 @@ def test_cpu_bound_climbs_the_ladder_then_bisects_down_to_the_wall_and_repeats_f
     # Finalists measured twice, the choice among them; nothing else is.
     repeated = {t.config.num_workers for t in trials if sum(u.config == t.config for u in trials) == 2}
     assert 3 in repeated and len(repeated) == 2
-    assert len(trials) <= 9  # of 33 configurations
+    # of 33 configurations; 4 workers past 2 saturated CPUs gained +33% on one run: 2 and 4 measured again before
+    # the climb went on (engine/saturation.py)
+    assert len(trials) <= 11
+    assert workers(trials)[4:6] == [2, 4] and any("significant win" in s.message for s in planner.trace)
     assert phases(planner)[0] == "plan" and phases(planner)[-1] == "done"
     stop = next(s for s in planner.trace if s.phase == "stop")
     assert "less than the 5% noise band" in stop.message
@@ -300,7 +303,10 @@ def test_a_wildly_unsettled_rung_does_not_turn_a_big_gain_into_noise():
 
     planner = AdaptivePlanner(settings())
     counts = workers(drive(planner, busy))
-    assert counts[:5] == [0, 1, 2, 4, 5]  # 4 gains 33% over 2: the climb goes on past it
+    # 4 gains 33% over 2 past 2 saturated CPUs: measured again with 2 (engine/saturation.py), the gain holds over the
+    # runs (their disagreement, not 2's ±62% block spread, is the noise), and the climb goes on past it
+    assert counts[:7] == [0, 1, 2, 4, 2, 4, 5]
+    assert any("significant win" in s.message for s in planner.trace)
     assert not any("flat within" in s.message for s in planner.trace)
     assert noise_band(
         0.05, TrialResult(0, TrialConfig(2, 32), "ok", spread=0.62), TrialResult(1, TrialConfig(4, 32), "ok")
@@ -311,7 +317,8 @@ def test_planned_shrinks_as_the_search_learns():
     planner = AdaptivePlanner(settings())
     assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4, 8, 16, 32]
     drive(planner, cpu_bound)
-    assert len(planner.planned()) < 10 and all(isinstance(c, TrialConfig) for c in planner.planned())
+    # (10 trials proposed: 2 of them the repeats of 2 and 4 past the 2 saturated CPUs, engine/saturation.py)
+    assert len(planner.planned()) <= 11 and all(isinstance(c, TrialConfig) for c in planner.planned())
 
 
 def test_notes_are_taken_once():
@@ -446,7 +453,9 @@ def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
     # Rungs that gain clearly (2 workers twice 1's rate) stop after 3 blocks, their decision made; the top of the
     # range is never cut short (it may be the answer).
     decided = [t for t in ok if t.decided]
-    assert decided and all(t.blocks == 3 and not t.stable for t in decided), [(t.blocks, t.stable) for t in ok]
+    # (3 blocks in a row beyond an edge: a refine trial, its edges around the band's, may take a block or two more)
+    assert decided and all(t.blocks >= 3 and not t.stable for t in decided), [(t.blocks, t.stable) for t in ok]
+    assert any(t.blocks == 3 for t in decided)
     assert not any(t.decided for t in ok if t.config.num_workers in (0, 1, 16))
     assert any("a clear gain after 3 blocks" in m for m in searched)
     assert result.recommendation is not None and result.usl is not None

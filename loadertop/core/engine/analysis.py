@@ -22,16 +22,21 @@ from loadertop.core.engine.bound import (
 from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.reasons import has_cuda, oversubscribed
 from loadertop.core.engine.snippet import snippet
+from loadertop.core.engine.stops import stop_clause
 from loadertop.core.engine.transport import transport_reason
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings
-from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, TrialResult, UslFit
+from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
 
 Name = Callable[[TrialResult], str]  # how a reason names another trial: "4 workers" on the same curve, else its label
 
 
 def analyze(
-    trials: Sequence[TrialResult], settings: Settings, machine: MachineInfo, ceilings: Sequence[Ceiling] = ()
+    trials: Sequence[TrialResult],
+    settings: Settings,
+    machine: MachineInfo,
+    ceilings: Sequence[Ceiling] = (),
+    stop: SearchStep | None = None,  # how the search's climb stopped (engine/stops.py last_stop); None for a grid
 ) -> tuple[Knee | None, Recommendation | None]:
     """The knee of the recommended configuration's worker curve, and the cheapest configuration within noise of
     the fastest. (None, None) when no trial finished with a throughput. Repeats of a configuration count once."""
@@ -44,7 +49,10 @@ def analyze(
     rec, preferred = _prefer_steadier(rec, best, ok, settings, noise)
     rec, unpinned = _prefer_unpinned(rec, best, ok, noise, machine)
     curve = curve_of(ok, rec)
-    reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(rec, best, ok, curve, noise, machine)
+    top = max(settings.workers, default=None)
+    reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(
+        rec, best, ok, curve, noise, machine, (stop, top)
+    )
     same, close = equivalence(rec, best, curve, noise)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
@@ -212,8 +220,10 @@ def _recommendation_reason(
     curve: list[TrialResult],
     noise: Noise,
     machine: MachineInfo,
+    end: tuple[SearchStep | None, int | None] = (None, None),
 ) -> str:
-    """Why `rec`: what bounds it, then what costs more than it and does not pay for it (the tail)."""
+    """Why `rec`: what bounds it, then what costs more than it and does not pay for it (the tail). `end`: how the
+    search stopped and the top of the --workers range."""
     band, tol = noise.band(rec, best), noise.tolerance
     on_curve = {id(t) for t in curve}
 
@@ -225,7 +235,7 @@ def _recommendation_reason(
     if nw == 0:
         return _zero_workers_reason(rec, ok, band, tail, who)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
-        return _still_rising_reason(rec, band, machine)
+        return _still_rising_reason(rec, band, machine, *end)
     return _bound_reason(rec, curve, tail, machine)
 
 
@@ -268,18 +278,23 @@ def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], band: float, t
     return f"the main process keeps up (0 workers): {tail}"
 
 
-def _still_rising_reason(rec: TrialResult, band: float, machine: MachineInfo) -> str:
-    """The recommendation is the largest worker count tried, and the fastest: the range was too narrow."""
-    if rec.cpu_percent is None:
-        kind = "loader-bound"
-    elif rec.cpu_percent >= CPU_SATURATED * capacity(machine):
-        kind = f"loader-bound ({rec.cpu_percent / 100:.1f} of {machine.usable_cpus} usable CPUs busy)"
+def _still_rising_reason(
+    rec: TrialResult, band: float, machine: MachineInfo, stop: SearchStep | None = None, top: int | None = None
+) -> str:
+    """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
+    the range (then, and only then, the range was too narrow), or how the search stopped (engine/stops.py)."""
+    bound = bound_of(rec, machine)  # the one label rule; rising while CPU-saturated is the loader's limit still
+    if bound.kind == IO_BOUND:
+        kind = IO_BOUND
+    elif bound.share is not None and bound.share >= CPU_SATURATED:
+        kind = f"loader-bound ({bound.cpus:.1f} of {machine.usable_cpus} usable CPUs busy)"
     else:
-        kind = "I/O-bound"
-    return (
-        f"{kind}: throughput still rising at {workers(rec.config.num_workers)} (the largest tried; no fewer "
-        f"within {pct(band)}); try a wider --workers range"
-    )
+        kind = "loader-bound"
+    n, within = rec.config.num_workers, f"no fewer within {pct(band)}"
+    if top is None or n >= top:  # the top of the range measured and fastest: only then is the range too narrow
+        rising = f"throughput still rising at {workers(n)} (the largest tried; {within})"
+        return f"{kind}: {rising}; try a wider --workers range"
+    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {stop_clause(stop, n, top)}"
 
 
 def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine: MachineInfo) -> str:

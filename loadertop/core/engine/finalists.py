@@ -111,8 +111,17 @@ def _verdict(a: TrialResult, b: TrialResult, noise: Noise) -> str | None:
     if diff + band <= -Z * se:
         return f"{head}: the difference is significant, beyond the {pct(band)} band"
     if diff + band >= Z * se:
-        return f"{head}: the difference is smaller than the {pct(band)} band: within noise of each other"
+        return f"{head}: {_cheaper_holds(a, diff, se, band)}"
     return None
+
+
+def _cheaper_holds(a: TrialResult, diff: float, se: float, band: float) -> str:
+    """Why the cheaper `a` holds: a loss within the band, or no loss at all (a lead is not "smaller than the band")."""
+    if diff >= Z * se:
+        return f"the cheaper {a.config.label()} is faster beyond the noise"
+    if diff >= 0:
+        return f"the cheaper {a.config.label()} is not slower (its lead is within the noise): it holds"
+    return f"the loss is smaller than the {pct(band)} band: within noise of each other"
 
 
 def _undecided(a: TrialResult, b: TrialResult, noise: Noise) -> str:

@@ -13,6 +13,7 @@ from loadertop.core.engine.rank_notes import ranks_note, with_notes
 from loadertop.core.engine.reasons import annotate, has_cuda
 from loadertop.core.engine.rerun import Evidence, fold_rerun
 from loadertop.core.engine.snippet import UserArgs, snippet
+from loadertop.core.engine.stops import last_stop
 from loadertop.core.engine.usl import fit_curve
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
@@ -50,7 +51,7 @@ def _judge(evidence: Evidence, machine: MachineInfo, loader_args: tuple[str, ...
         with_notes(t, settings.ranks, machine.usable_cpus)
         for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings, bool(settings.consumer))
     ]
-    knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings)
+    knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings, last_stop(evidence.search_trace))
     recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable, loader_args)
     usl = fit_curve(worker_curve(annotated, settings.tolerance))
     result = SweepResult(

@@ -20,10 +20,13 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
-from loadertop.core.engine.band import choose, merge_repeats, noise_band, within_band
+from loadertop.core.engine.band import choose, merge_repeats, noise_band
 from loadertop.core.engine.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
 from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
+from loadertop.core.engine.refine import SearchOver, refine
 from loadertop.core.engine.rungs import at_least, ladder, memory_cap, top_above
+from loadertop.core.engine.saturation import confirm, saturated
+from loadertop.core.engine.stops import CEILING, FAULT, FLAT, MEMORY, PEAK, TOP, TRANSPORT, Stop
 from loadertop.core.engine.transport import consumer_ceilings, transport_stop
 from loadertop.core.engine.usl import fit_usl, past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import cpu_text, pct, signed, sps, workers
@@ -35,9 +38,6 @@ SMALL_SPACE = 4
 # Share of the memory we may use (MemAvailable, or the cgroup's headroom if tighter) that the loader may take:
 # the training process needs the rest for the model, optimizer state and its own batches.
 MEMORY_BUDGET_FRACTION = 0.5
-# Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
-REFINE_PRECISION = 0.25
-MAX_REFINE = 4
 
 
 def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) -> Planner:
@@ -46,10 +46,6 @@ def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) 
     if settings.search == "adaptive":
         return AdaptivePlanner(settings)
     return GridPlanner(settings.trial_configs())
-
-
-class _Stop(Exception):
-    """The search has nothing more worth measuring."""
 
 
 class AdaptivePlanner:
@@ -74,6 +70,7 @@ class AdaptivePlanner:
         self._rungs: dict[int, tuple[int, TrialConfig]] = {}  # per count: the climb's configuration (and score)
         self._fitted: tuple[tuple[int, float], ...] | None = None
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
+        self._told: int | None = None  # the rung whose patient note already said how its trial ended
         self._decision: tuple[float | None, float | None] = (None, None)
         self._fits: int | None = None  # the most workers the memory budget allows, once a rung has told
         self._keep = False  # in the finalists' head-to-head: their trials keep their workers between runs
@@ -132,7 +129,7 @@ class AdaptivePlanner:
             yield from self._refine()
             yield from self._knobs()
             yield from self._repeat()
-        except _Stop:
+        except SearchOver:
             pass
         self._projection = []
         self._note("done", self._summary())
@@ -160,11 +157,14 @@ class AdaptivePlanner:
                     self._note("climb", f"0 workers failed ({t.error}); trying workers anyway", config.label())
                     n = at_least(self.counts, 1, above=0)
                     continue
-                self._note("stop", f"stopped climbing: {workers(n)} {t.status} ({t.error}): a guard or fault says no")
+                text = f"stopped climbing: {workers(n)} {t.status} ({t.error}): a guard or fault says no"
+                self.trace.append(Stop(text, FAULT, n).step())
                 return
             stop = self._stop_climbing(n, t)
-            if stop:
-                self._note("stop", stop)
+            if stop is None and (prev := self._to_confirm(n, t)) is not None:
+                stop = yield from confirm(self, prev, t)  # engine/saturation.py: past saturated cores, repeats
+            if stop is not None:
+                self.trace.append(stop.step())
                 return
             n = self._next_rung(n, t)
 
@@ -179,46 +179,74 @@ class AdaptivePlanner:
         x = sps(prev)
         return x * (1.0 - self.tol), x * (1.0 + noise_band(self.tol, prev)) * (1.0 + self.tol)
 
-    def _stop_climbing(self, n: int, t: TrialResult) -> str | None:
+    def _stop_climbing(self, n: int, t: TrialResult) -> Stop | None:
         x = sps(t)
         ceiling = self._ceilings.get(t.config.batch_size)
         head = f"{workers(n)}: {x:.0f} samples/s"
         if ceiling and x >= ceiling * (1.0 - noise_band(self.tol, t)):
             share = pct(x / ceiling)
-            return f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
+            text = f"stopped climbing: {head} is within noise of the {ceiling:.0f} samples/s ceiling ({share})"
+            return Stop(text, CEILING, n, ceiling)
         if n < self.counts[-1] and (stop := transport_stop(self._all_ceilings, t, self.tol, head)):
-            return stop
-        past = past_peak(self._fit(), n) if n < self.counts[-1] else None
+            return Stop(stop, TRANSPORT, n)
+        fit = self._fit()
+        past = past_peak(fit, n) if n < self.counts[-1] else None
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
         if n >= 1 and below:
             prev = max(below, key=sps)
             band = noise_band(self.tol, t, prev)
             gain = x / sps(prev) - 1.0 if sps(prev) > 0 else math.inf
             if gain < band:
-                # Unsettled (a busy machine, a short budget): one rung more, unless a trusted peak is here (steady)
-                steady_past = past is not None and (t.spread or 0.0) <= self.tol
-                # A clear loss decided in 3 steady blocks is as good as settled; a noisy one is not (its blocks agree
-                # with each other, which says nothing of how far this run is from the next)
-                settled = t.stable or (t.decided and (t.spread or 0.0) <= self.settings.target_spread)
-                if not settled and not self._patient and not steady_past and n < self.counts[-1]:
-                    self._patient = True
-                    self._note(
-                        "climb",
-                        f"{head}, {signed(gain)} over {workers(prev.config.num_workers)}, but its spread never "
-                        f"settled (±{pct(t.spread or 0.0)} over {t.blocks} blocks): one more rung before concluding",
-                    )
-                    return None
-                flat = self._flat()
-                return (
-                    f"stopped climbing: {head}, {signed(gain)} over {workers(prev.config.num_workers)} "
-                    f"({sps(prev):.0f}), less than the {pct(band)} noise band{flat}"
-                )
+                return self._no_gain(n, t, prev, gain, band, steady_past=past is not None)
             self._patient = False  # a new gain: the next plateau gets its own extra rung
-        if past:
-            return f"stopped climbing: {head}; {past}"
+        if past and fit is not None:
+            return Stop(f"stopped climbing: {head}; {past}", PEAK, n, fit.peak_workers)
         if n >= self.counts[-1]:
-            return f"stopped climbing: {head}, the top of the range, still gaining"
+            return Stop(f"stopped climbing: {head}, the top of the range, still gaining", TOP, n)
         return None
+
+    def _no_gain(
+        self, n: int, t: TrialResult, prev: TrialResult, gain: float, band: float, steady_past: bool
+    ) -> Stop | None:
+        """A rung that gained less than the band over the best below: the stop, or None for one rung more when its
+        run is unsettled (a busy machine, a short budget), unless a trusted peak is here and the rung is steady."""
+        head = f"{workers(n)}: {sps(t):.0f} samples/s"
+        over = f"{signed(gain)} over {workers(prev.config.num_workers)}"
+        # A clear loss decided in 3 steady blocks is as good as settled; a noisy one is not (its blocks agree with
+        # each other, which says nothing of how far this run is from the next)
+        settled = t.stable or (t.decided and (t.spread or 0.0) <= self.settings.target_spread)
+        steady_past = steady_past and (t.spread or 0.0) <= self.tol
+        if not settled and not self._patient and not steady_past and n < self.counts[-1]:
+            self._patient = True
+            self._told = n  # _next_rung does not say "a clear loss" again
+            noisy = f"±{pct(t.spread or 0.0)} over {t.blocks} blocks"
+            why = (  # a decided trial did stop: on its decision, not on a settled spread
+                f"a clear {'loss' if gain < 0 else 'non-gain'} after {t.blocks} blocks, but noisy ({noisy}, wider "
+                f"than the {pct(self.settings.target_spread)} of a settled run)"
+                if t.decided
+                else f"but its spread never settled ({noisy})"
+            )
+            self._note("climb", f"{head}, {over}, {why}: one more rung before concluding")
+            return None
+        # A loss beyond the band is not "less than the band": say which side of it the rung fell
+        verdict = (
+            f"slower beyond the {pct(band)} noise band" if gain <= -band else f"less than the {pct(band)} noise band"
+        )
+        text = f"stopped climbing: {head}, {over} ({sps(prev):.0f}), {verdict}{self._flat()}"
+        return Stop(text, FLAT, n, gain)
+
+    def _to_confirm(self, n: int, t: TrialResult) -> TrialResult | None:
+        """The best rung below a rung past the cores that gained on one run while the CPUs were saturated (the
+        trial's CPU near the usable CPUs): that gain must hold over repeats before the climb goes on."""
+        if not self._cpus or n <= self._cpus or n >= self.counts[-1]:
+            return None
+        below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
+        if not below:
+            return None
+        prev = max(below, key=sps)
+        if sps(t) < sps(prev) * (1.0 + noise_band(self.tol, t, prev)):
+            return None  # no gain to confirm (an unsettled rung's patient extra rung)
+        return prev if saturated(self._cpus, prev, t) else None
 
     def _next_rung(self, n: int, t: TrialResult) -> int | None:
         """The next rung: double (0 → 1), brought closer by the USL when it predicts a peak or the ceiling sooner,
@@ -240,7 +268,8 @@ class AdaptivePlanner:
             self._fits = fits if self._fits is None else min(self._fits, fits)
         if fits is not None and target > fits:
             if fits <= n:
-                self._note("stop", f"stopped climbing: more than {workers(n)} would exceed the memory budget")
+                text = f"stopped climbing: more than {workers(n)} would exceed the memory budget"
+                self.trace.append(Stop(text, MEMORY, n, fits).step())
                 return None
             target = fits
             why = f"memory budget ({self._mem_budget_mb:.0f} MB) allows at most {workers(fits)}"
@@ -252,92 +281,17 @@ class AdaptivePlanner:
         cpu = cpu_text(t, self._cpus)
         below = [sps(r) for r in self._curve() if 1 <= r.config.num_workers < n]
         kind = "gain" if not below or sps(t) > max(below) else "loss"  # which edge of its decision it passed
-        clear = f", a clear {kind} after {t.blocks} blocks" if t.decided else ""
+        clear = f", a clear {kind} after {t.blocks} blocks" if t.decided and self._told != n else ""
         self._note(
             "climb", f"{workers(n)}: {sps(t):.0f} samples/s{cpu}{clear}; {why}: {workers(nxt)}", self._at(nxt).label()
         )
         self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
 
-    # -- 2. refine ------------------------------------------------------------------------------------------
+    # -- 2. refine: engine/refine.py ----------------------------------------------------------------------
 
     def _refine(self) -> Iterator[TrialConfig]:
-        for _ in range(MAX_REFINE):
-            curve = self._curve()
-            chosen = choose(curve, self.tol)
-            if chosen is None:
-                raise _Stop
-            best, c = chosen
-            n_c = c.config.num_workers
-            lower = [r.config.num_workers for r in curve if r.config.num_workers < n_c]
-            if not lower:
-                break
-            p = max(lower)
-            between = [m for m in self.counts if p < m < n_c and not self._measured(self._at(m))]
-            if not between:
-                break
-            if n_c - p <= max(1, REFINE_PRECISION * n_c):
-                self._note("refine", f"{workers(p)} and {workers(n_c)} are close enough: no further bisection")
-                break
-            m, why = self._midpoint(p, n_c, between, sps(best))
-            self._note(
-                "refine",
-                f"{workers(n_c)} is the fewest within noise of the best ({sps(best):.0f} samples/s at "
-                f"{workers(best.config.num_workers)}), {workers(p)} is not: {why} {workers(m)}",
-                self._at(m).label(),
-            )
-            yield self._at(m)
-        yield from self._refine_above()
-
-    def _midpoint(self, p: int, c: int, between: list[int], best: float) -> tuple[int, str]:
-        """Plain bisection. The USL's guess of where the band begins is shown beside it, not used: on curves with a
-        hard wall (the training process saturating) the smooth model overshoots, and a guess clamped into the
-        interval shrinks it more slowly than halving does."""
-        why = "bisect at"
-        fit = self._fit()
-        if fit is not None and trusted(fit):
-            reach = workers_to_reach(fit, best * (1.0 - self.tol), c)
-            if reach is not None:
-                why = f"(USL guesses {workers(reach)}) bisect at"
-        target = (p + c) / 2
-        return min(between, key=lambda m: (abs(m - target), m)), why
-
-    def _refine_above(self) -> Iterator[TrialConfig]:
-        """Between the best rung and the first rung above it, when that one was slower beyond the noise: a curve
-        that rose and then fell peaks somewhere between them (2 → 4 workers skips 3). Bisect toward the best, at
-        the USL's predicted peak when it trusts one there."""
-        for _ in range(MAX_REFINE):
-            curve = self._curve()
-            chosen = choose(curve, self.tol)
-            if chosen is None:
-                return
-            best = chosen[0]
-            b = best.config.num_workers
-            above = [r for r in curve if r.config.num_workers > b]
-            if not above:
-                return
-            h = min(above, key=lambda r: r.config.num_workers)
-            n_h = h.config.num_workers
-            between = [m for m in self.counts if b < m < n_h and not self._measured(self._at(m))]
-            if not between or n_h - b <= REFINE_PRECISION * b:
-                return
-            if within_band(h, best, self.tol):
-                return  # flat above the best: nothing between them can beat it by more than the noise
-            fit = self._fit()
-            if past := past_peak(fit, b):
-                self._note("refine", f"no bisection above {workers(b)}, the best rung: {past}")
-                return
-            target, why = (b + n_h) / 2, "bisect at"
-            if fit is not None and trusted(fit) and fit.peak_workers is not None and b < fit.peak_workers < n_h:
-                target, why = fit.peak_workers, f"the USL puts the peak at N*={fit.peak_workers:.1f}: try"
-            m = min(between, key=lambda v: (abs(v - target), v))
-            self._note(
-                "refine",
-                f"{workers(b)} is the best rung ({sps(best):.0f} samples/s) and {workers(n_h)} was slower "
-                f"({sps(h):.0f}): the peak may lie between them; {why} {workers(m)}",
-                self._at(m).label(),
-            )
-            yield self._at(m)
+        return refine(self)
 
     # -- 3. other knobs -------------------------------------------------------------------------------------
 
@@ -347,7 +301,7 @@ class AdaptivePlanner:
         for name in varying:
             chosen = choose(self._done, self.tol)
             if chosen is None:
-                raise _Stop
+                raise SearchOver
             base = chosen[1].config
             alternatives = [
                 c

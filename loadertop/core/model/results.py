@@ -207,6 +207,12 @@ class SearchStep:
     phase: str  # "plan", "climb", "stop", "refine", "knobs", "repeat", "done", "rerun"
     message: str
     config: str | None = None  # the label of the configuration it chose, if any
+    # How the climb stopped, on its "stop" step (engine/stops.py names the kinds: top, peak, ceiling, transport,
+    # flat, saturated, memory, fault), the rung it stopped at and the number behind it (N*, the ceiling's
+    # samples/s, the most workers the memory budget allows): what the recommendation's reason says, unparsed.
+    stop: str | None = None
+    stop_workers: int | None = None
+    stop_value: float | None = None
 
 
 @dataclass(frozen=True)
