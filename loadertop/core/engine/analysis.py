@@ -17,7 +17,6 @@ from loadertop.core.engine.bound import (
     IO_BOUND,
     MAIN_BOUND,
     bound_of,
-    capacity,
 )
 from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.reasons import has_cuda, oversubscribed
