@@ -131,6 +131,26 @@ WORKLOADS = (
         "each sample sleeps 10 ms, longer as more workers run (USL σ=0.02, κ=0.00245): the curve of a big machine's "
         "shared disk or lock, peaking near 20 workers and falling after it, made with almost no CPU on 2 cores",
     ),
+    # The two below need the `bench` extra (torchvision, tokenizers); their data is generated once into the bench
+    # cache (benchmarks/workloads/bench_cache.py).
+    Workload(
+        "tvimages",
+        "torchvision ImageFolder, training transforms",
+        "{here}/workloads/tv_imagefolder.py:imagefolder",
+        32,
+        0.0,
+        "torchvision.datasets.ImageFolder over 2500 generated JPEGs (256-500 px a side, 10 classes) with "
+        "RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize: decode and resample on the CPU",
+    ),
+    Workload(
+        "text",
+        "text, BPE tokenizer (tokenizers)",
+        "{here}/workloads/text_tokens.py:text",
+        64,
+        0.0,
+        "20000 generated lines of 50-500 words, each encoded by a BPE tokenizer trained locally with `tokenizers` "
+        "(vocabulary 8000), padded or truncated to 256: input_ids and attention_mask int64 tensors",
+    ),
 )
 
 
@@ -541,7 +561,7 @@ def measure(w: Workload, args: argparse.Namespace, tmp: Path, saved: dict[str, A
     if "{images}" in w.spec and not images.exists():
         print(f"generating {args.images} JPEGs in {images}", flush=True)
         make_jpegs(images, args.images)
-    spec = w.spec.format(images=images)
+    spec = w.spec.format(images=images, here=HERE)
     common: dict[str, Any] = dict(
         dataset=spec,
         batch_sizes=(w.batch_size,),
