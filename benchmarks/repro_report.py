@@ -79,7 +79,22 @@ def section(entry: dict[str, Any], score: dict[str, Any] | None) -> list[str]:
                 f"| {s.get('code', '?')} |"
             )
         out.append("")
+    out += earlier_lines(entry)
     return out
+
+
+def earlier_lines(entry: dict[str, Any]) -> list[str]:
+    """Search runs set aside by --fresh (an older search code), one line per set, against the same reference."""
+    lines = []
+    for searches in entry.get("earlier", []):
+        s = workload_score({**entry, "searches": searches})
+        codes = ", ".join(sorted({str(x.get("code", "?")) for x in searches}))
+        lines.append(
+            f"- earlier runs (search code {codes}): picks {', '.join(str(r['pick']) for r in s['runs'])}; mutual "
+            f"{'yes' if s['mutual'] else 'no'}; accuracy {', '.join(fmt(r['accuracy']) for r in s['runs'])}; cost "
+            f"{', '.join(fmt(r['cost']) for r in s['runs'])}"
+        )
+    return [*lines, ""] if lines else []
 
 
 def relabel(ref: dict[str, Any]) -> dict[str, Any]:

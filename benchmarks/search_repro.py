@@ -18,7 +18,8 @@ times each, interleaved). Then the adaptive search runs `--repeats` times. Each 
 
 Resumable and time-bounded: the JSON is written after every phase; a rerun of the same command carries on where it
 stopped (grids, references and finished searches are kept), and `--budget-min` stops before a phase that would not
-fit. `--fresh` drops the recorded searches (not grids or references): use it once after a change to the search.
+fit. `--fresh` sets the recorded searches aside (as the earlier runs; grids and references stay): use it once after
+a change to the search. `--remeasure KEYS` measures those workloads' grid and reference again (a quiet machine).
 The machine's 1-minute load average is kept at the start and end of every phase: a load above the usable CPUs
 means something else competed, and those numbers should be measured again on a quiet machine.
 """
@@ -63,8 +64,15 @@ def main() -> int:
     state.setdefault("sessions", []).append({"started": time.strftime("%Y-%m-%d %H:%M:%S"), "code": code_version()})
     for key in keys:
         entry = state["workloads"].setdefault(key, {"searches": []})
-        if args.fresh and entry.get("fresh_in_session") != len(state["sessions"]):
-            entry["searches"], entry["fresh_in_session"] = [], len(state["sessions"])
+        session = len(state["sessions"])
+        if key in args.remeasure.split(",") and entry.get("remeasured_in_session") != session:
+            for stale in ("grid", "reference", "grid_from"):
+                entry.pop(stale, None)
+            entry["remeasured_in_session"] = session
+        if (args.fresh or entry.get("remeasured_in_session") == session) and entry.get("fresh_in_session") != session:
+            if entry["searches"]:  # kept apart, not lost: the report shows them as the earlier runs
+                entry.setdefault("earlier", []).append(entry["searches"])
+            entry["searches"], entry["fresh_in_session"] = [], session
         done = measure_workload(known[key], entry, recorded.get(key), args, deadline, lambda: save(state, args))
         if not done:
             print("search_repro: budget spent; rerun the same command to resume", flush=True)
@@ -88,6 +96,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--out", default=str(HERE / "REPRO.md"))
     p.add_argument("--budget-min", type=float, default=60.0, help="stop before a phase that would not fit")
     p.add_argument("--fresh", action="store_true", help="drop the recorded searches (keep grids, references)")
+    p.add_argument(
+        "--remeasure",
+        default="",
+        metavar="KEYS",
+        help="measure these workloads' grid and reference again here (e.g. on a quiet machine)",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from --json, measure nothing")
     p.add_argument("--trial-seconds", type=float, default=5.0, help="for grids measured here")
     p.add_argument("--max-workers", type=int, default=32, help="for grids measured here")

@@ -96,3 +96,19 @@ def test_mutual_equivalence_needs_every_pick_in_every_set() -> None:
     assert mutual([_sweep(8, []), _sweep(8, [])])["mutual"]  # the same pick, no set recorded: itself counts
     assert not mutual([_sweep(16, [16]), _sweep(2, [2])])["mutual"]  # issue 18's 16 then 2
     assert not mutual([])["mutual"]
+
+
+@pytest.mark.unit
+def test_accuracy_from_the_reference_or_a_top_up() -> None:
+    from repro_score import reference_accuracy, topup_accuracy
+
+    def row(n: int, mean: float | None) -> dict:
+        return {"config": TrialConfig(num_workers=n, batch_size=32).to_dict(), "mean": mean}
+
+    ref = {"candidates": [row(2, 760.0), row(4, 800.0), row(8, None)], "best": 800.0}
+    assert reference_accuracy(ref, TrialConfig(num_workers=2, batch_size=32)) == pytest.approx(0.95)
+    assert reference_accuracy(ref, TrialConfig(num_workers=8, batch_size=32)) is None  # measured, none finished
+    assert reference_accuracy(ref, TrialConfig(num_workers=16, batch_size=32)) is None  # not a candidate
+    assert topup_accuracy({"pick_mean": 485.0, "best_mean": 500.0}) == pytest.approx(0.97)
+    assert topup_accuracy({"pick_mean": 520.0, "best_mean": 500.0}) == 1.0  # read faster than the best: 1.00
+    assert topup_accuracy({"pick_mean": None, "best_mean": 500.0}) is None
