@@ -18,6 +18,8 @@ def render(state: dict[str, Any]) -> str:
         f"run's pick ÷ the best reference mean (target ≥ {ACCURACY_TARGET}); cost = the run's wall time ÷ the "
         f"exhaustive grid's (target ≤ {COST_TARGET}); mutual = every run's pick lies in every run's `equivalent` set.",
         "",
+        *[f"- {note}" for note in state.get("notes", [])],
+        "",
         "## Sessions",
         "",
         *[f"- {s['started']} → {s.get('finished', '(cut short)')}, search code {s['code']}" for s in

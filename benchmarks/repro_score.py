@@ -17,6 +17,7 @@ from loadertop.core.model.results import SweepResult
 
 ACCURACY_TARGET = 0.97
 COST_TARGET = 0.30
+RUNS_NEEDED = 3  # one run is trivially "mutually equivalent": the verdict waits for the repeats
 
 
 def pick(result: SweepResult) -> TrialConfig | None:
@@ -88,7 +89,7 @@ def workload_score(entry: dict[str, Any]) -> dict[str, Any]:
     accs = [r["accuracy"] for r in runs]
     costs = [r["cost"] for r in runs]
     meets = (
-        bool(runs)
+        len(runs) >= RUNS_NEEDED
         and all(a is not None and a >= ACCURACY_TARGET for a in accs)
         and all(c is not None and c <= COST_TARGET for c in costs)
         and together["mutual"]
