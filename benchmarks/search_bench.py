@@ -1,6 +1,6 @@
-"""The adaptive search against the exhaustive grid and the rules of thumb, on five workloads, on this machine.
+"""The adaptive search against the exhaustive grid and the rules of thumb, on seven workloads, on this machine.
 
-    python benchmarks/search_bench.py [--only io,cpu,consumer,images,contended] [--max-workers 32]
+    python benchmarks/search_bench.py [--only io,cpu,consumer,images,contended,tvimages,text] [--max-workers 32]
                                       [--trial-seconds 5] [--out benchmarks/RESULTS.md]
                                       [--json benchmarks/search_results.json] [--grid-from JSON] [--report-only JSON]
 
@@ -24,6 +24,11 @@ process so the driver process never imports torch.
 The report also shows each adaptive recommendation's equivalence set (the worker counts within noise of the best)
 and whether it is a close call, the configurations the search measured more than once (its head-to-head repeats),
 and how many of its trials stopped early with their decision made.
+
+`tvimages` (torchvision's ImageFolder with its training transforms) and `text` (a locally trained BPE tokenizer from
+`tokenizers`) need the `bench` extra; their factories live in benchmarks/workloads/ and generate their data once
+into the bench cache. Issue 18's proof (3 search runs per workload against a recorded grid and reference:
+accuracy, cost, mutual equivalence of the picks) is search_repro.py, which reuses this script's JSON.
 
 `--grid-from JSON` reuses a saved run's grids and plain loops (same machine, same workloads) and measures the
 adaptive search and the reference step again; `--report-only JSON` rewrites the report from a saved JSON.
@@ -130,6 +135,26 @@ WORKLOADS = (
         0.0,
         "each sample sleeps 10 ms, longer as more workers run (USL σ=0.02, κ=0.00245): the curve of a big machine's "
         "shared disk or lock, peaking near 20 workers and falling after it, made with almost no CPU on 2 cores",
+    ),
+    # The two below need the `bench` extra (torchvision, tokenizers); their data is generated once into the bench
+    # cache (benchmarks/workloads/bench_cache.py).
+    Workload(
+        "tvimages",
+        "torchvision ImageFolder, training transforms",
+        "{here}/workloads/tv_imagefolder.py:imagefolder",
+        32,
+        0.0,
+        "torchvision.datasets.ImageFolder over 2500 generated JPEGs (256-500 px a side, 10 classes) with "
+        "RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize: decode and resample on the CPU",
+    ),
+    Workload(
+        "text",
+        "text, BPE tokenizer (tokenizers)",
+        "{here}/workloads/text_tokens.py:text",
+        64,
+        0.0,
+        "20000 generated lines of 50-500 words, each encoded by a BPE tokenizer trained locally with `tokenizers` "
+        "(vocabulary 8000), padded or truncated to 256: input_ids and attention_mask int64 tensors",
     ),
 )
 
@@ -541,7 +566,7 @@ def measure(w: Workload, args: argparse.Namespace, tmp: Path, saved: dict[str, A
     if "{images}" in w.spec and not images.exists():
         print(f"generating {args.images} JPEGs in {images}", flush=True)
         make_jpegs(images, args.images)
-    spec = w.spec.format(images=images)
+    spec = w.spec.format(images=images, here=HERE)
     common: dict[str, Any] = dict(
         dataset=spec,
         batch_sizes=(w.batch_size,),
