@@ -81,4 +81,4 @@ def test_a_climb_the_budget_ended_says_so() -> None:
     for workers, sps in ((0, 120.0), (1, 130.0), (2, 250.0), (4, 500.0), (8, 900.0), (16, 1240.0)):
         tuner.feed(result(workers, sps), None)
     reason = tuner.choice(USER).reason
-    assert "the budget ended the climb (a larger budget_s)" in reason and "max_workers" not in reason
+    assert "the budget ended the climb at 16 workers (a larger budget_s)" in reason and "max_workers" not in reason

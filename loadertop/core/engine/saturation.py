@@ -15,8 +15,8 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING
 
 from loadertop.core.engine.band import BAND_CAP, Noise, finished, merge_repeats
-from loadertop.core.engine.finalists import Z
 from loadertop.core.engine.bound import CPU_SATURATED
+from loadertop.core.engine.finalists import Z
 from loadertop.core.engine.stops import FAULT, SATURATED, Stop
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig

@@ -20,7 +20,8 @@ FLAT = "flat"  # the rung gained less than the noise band over the best rung bel
 SATURATED = "saturated"  # the CPUs are saturated and the repeats show no significant win past them (value: gain)
 MEMORY = "memory"  # more workers would exceed the memory budget (value: the most it allows)
 FAULT = "fault"  # the rung failed: a guard or a fault says no
-KINDS = (TOP, PEAK, CEILING, TRANSPORT, FLAT, SATURATED, MEMORY, FAULT)
+KINDS = (TOP, PEAK, CEILING, TRANSPORT, FLAT, SATURATED, MEMORY, FAULT)  # the sweep's climb
+BUDGET = "budget"  # loadertop.tune's: its budget_s ran out while the climb still gained
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,8 @@ def stop_clause(stop: SearchStep | None, n: int, top: int | None) -> str:
     if kind == SATURATED:
         gain = f" ({pct(value, signed=True)})" if value is not None else ""
         return f"the CPUs are saturated and {workers(at)} showed no significant win over repeats{gain}; more not run"
+    if kind == BUDGET:
+        return f"the budget ended the climb at {workers(at)} (a larger budget)"
     if kind == FLAT:
         return f"{workers(at)} gained less than the noise band: more were not run"
     if top is None or n >= top:

@@ -20,6 +20,7 @@ from loadertop.core.engine.analysis import analyze
 from loadertop.core.engine.band import noise_band
 from loadertop.core.engine.search import AdaptivePlanner
 from loadertop.core.engine.snippet import UserArgs, snippet
+from loadertop.core.engine.stops import BUDGET, Stop
 from loadertop.core.engine.wording import pct
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
@@ -129,7 +130,10 @@ class Tuner:
 
     def kept(self) -> TrialConfig | None:
         """What the sweep's rule keeps over what was measured so far."""
-        rec = analyze(self.results, self.settings, self.machine, self.ceilings())[1]
+        measured = [t.config.num_workers for t in self.results if t.status == "ok"]
+        budget_ended = self._climbing and bool(measured) and max(measured) < max(self.settings.workers)
+        stop = Stop("", BUDGET, max(measured)).step() if budget_ended else None  # the budget, not the range
+        rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop)[1]
         return rec.config if rec is not None else None
 
     def _measured(self, config: TrialConfig) -> bool:
@@ -148,7 +152,10 @@ class Tuner:
     def choice(self, fallback: TrialConfig) -> Choice:
         """The sweep's recommendation over what was measured (its rule: the fewest workers surely within the
         noise band of the fastest, repeats merged; and its reason); the user's own configuration when nothing was."""
-        rec = analyze(self.results, self.settings, self.machine, self.ceilings())[1]
+        measured = [t.config.num_workers for t in self.results if t.status == "ok"]
+        budget_ended = self._climbing and bool(measured) and max(measured) < max(self.settings.workers)
+        stop = Stop("", BUDGET, max(measured)).step() if budget_ended else None  # the budget, not the range
+        rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop)[1]
         if rec is None:
             return Choice(
                 fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
@@ -161,13 +168,10 @@ class Tuner:
             # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
             share += " (within noise of its ceiling: more workers cannot make the step faster)"
             reason = reason.replace("; try a wider --workers range", "")
-        top = max(t.config.num_workers for t in self.results if t.status == "ok")
-        if self._climbing and top < max(self.settings.workers):  # the budget ended the climb, not the range
-            reason = reason.replace("try a wider --workers range", "the budget ended the climb (a larger budget_s)")
-        # The sweep's words for its range are tune's max_workers
+        # The sweep's words for its range and budget are tune's max_workers and budget_s
         reason = reason.replace("a wider --workers range", "a larger max_workers").replace(
             "a --workers range", "max_workers"
-        )
+        ).replace("(a larger budget)", "(a larger budget_s)")
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
         return Choice(rec.config, rec.samples_per_s, why, self._line(rec.config))
 
