@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.nodes import NodeInfo, NodeTrial
+from loadertop.core.model.status import Status
 
 RESULT_VERSION = 1  # a result file of another version is refused (check_version), never misread
-
-Status = Literal["ok", "failed", "skipped"]
 
 
 @dataclass(frozen=True)
