@@ -14,7 +14,7 @@ from typing import Any
 
 from loadertop.core.model.status import Status
 
-NODES_PROTOCOL_VERSION = 1  # in every node's hello: agents of different versions refuse to run together
+NODES_PROTOCOL_VERSION = 2  # in every node's hello (model/node_protocol.py): 2 since its messages are typed
 
 
 @dataclass(frozen=True)
