@@ -6,6 +6,7 @@ check that none survives reads it with psutil. The sweeps are the cheapest real 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -17,7 +18,6 @@ import pytest
 from nodes_procs import ARGS, Nodes, assert_nothing_left, free_port, pieces, srun
 
 from loadertop.core.model.config import Settings
-from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.nodes.join import comparable, difference, hello
 
 
@@ -176,13 +176,14 @@ def test_three_nodes_by_hand(nodes: Nodes, tmp_path: Path) -> None:
     assert_nothing_left(nodes)
 
 
+@pytest.mark.unit
 def test_hellos_that_differ_name_what_differs() -> None:
     settings = Settings()
     mine = hello(settings, 0)
-    other = {**hello(Settings(trial_seconds=9.0), 1), "settings": comparable(Settings(trial_seconds=9.0))}
+    other = hello(Settings(trial_seconds=9.0), 1)
     assert difference(mine, hello(settings, 1)) is None  # node_rank is not compared
     assert "--trial-seconds 9.0 (node 0: 8.0)" in (difference(mine, other) or "")
-    older = {**hello(settings, 1), "version": "0.0.1"}
+    older = dataclasses.replace(hello(settings, 1), loadertop="0.0.1")
     said = difference(mine, older) or ""
     assert said.startswith("node 1 (") and "runs loadertop 0.0.1" in said and "install the same loadertop" in said
-    assert NodeInfo.from_dict(mine["info"]).node_rank == 0
+    assert mine.info.node_rank == 0 and comparable(mine.settings) == comparable(other.settings) | {"trial_seconds": 8.0}

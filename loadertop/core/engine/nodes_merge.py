@@ -14,12 +14,30 @@ from loadertop.core.model.nodes import NodeInfo, NodeTrial
 from loadertop.core.model.results import TrialResult
 
 
+def node_trial(node_rank: int, trial: TrialResult) -> NodeTrial:
+    """Node `node_rank`'s share of a trial, as node 0 keeps it: what that node's agent measured there."""
+    rates = trial.rank_samples_per_s or ((trial.samples_per_s,) if trial.samples_per_s is not None else ())
+    return NodeTrial(
+        node_rank=node_rank,
+        status=trial.status,
+        error=trial.error,
+        samples_per_s=trial.samples_per_s,
+        rank_samples_per_s=tuple(rates),
+        stall_fraction=trial.stall_fraction,
+        wait_ms_p99=trial.wait_ms_p99,
+        total_pss_mb=trial.total_pss_mb,
+        worker_uss_mb=trial.worker_uss_mb,
+        cpu_percent=trial.cpu_percent,
+        warnings=trial.warnings,
+    )
+
+
 def merge_nodes(trials: Sequence[TrialResult], nodes: Sequence[NodeInfo]) -> TrialResult:
     """trials[k] is node k's TrialResult of one configuration, nodes[k] its facts (node 0 first). The merge keeps
     node 0's index, config and probes (memory, CPU, GPU, first batch); see the module docstring for the rates."""
     if not trials or len(trials) != len(nodes):
         raise ValueError(f"merge_nodes: {len(trials)} trials for {len(nodes)} nodes")
-    shares = tuple(NodeTrial.of(k, t) for k, t in enumerate(trials))
+    shares = tuple(node_trial(k, t) for k, t in enumerate(trials))
     base = dataclasses.replace(
         trials[0],
         ranks=sum(max(1, t.ranks) for t in trials),

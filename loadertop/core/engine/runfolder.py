@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.model.config import Settings
-from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult
+from loadertop.core.model.config import Settings, UsageError
+from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult, check_version
 
 DEFAULT_ROOT = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "loadertop" / "runs"
 
@@ -110,6 +110,8 @@ def read_result(path: Path) -> SweepResult:
         return SweepResult.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         raise ValueError(f"{path}: no such result file") from None
+    except UsageError as exc:  # another result version: one line naming the file
+        raise UsageError(f"{path}: {exc}") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: not a loadertop result ({type(exc).__name__}: {exc})") from None
 
@@ -142,12 +144,25 @@ def read_settings(run_dir: Path) -> Settings:
     path = Path(run_dir) / SETTINGS
     if not Path(run_dir).is_dir():
         raise ValueError(f"{run_dir}: not a folder (give a run folder)")
+    _check_result_version(Path(run_dir) / RESULT)
     try:
         return Settings.from_dict(json.loads(path.read_text()))
     except FileNotFoundError:
         raise ValueError(f"{run_dir}: not a loadertop run folder (no {SETTINGS})") from None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"{path}: corrupt ({type(exc).__name__}: {exc})") from None
+
+
+def _check_result_version(path: Path) -> None:
+    """A run folder whose result.json is of another version is refused (--resume, and read_run's rebuild)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return  # no result.json (killed mid-sweep) or a torn one: the trial log is what is read
+    try:
+        check_version(data if isinstance(data, dict) else {})
+    except UsageError as exc:
+        raise UsageError(f"{path}: {exc}") from None
 
 
 def read_run(path: Path) -> SweepResult:

@@ -3,18 +3,18 @@
 A many-node sweep runs one loadertop agent per node (torchrun or srun starts them); node 0 plans and shows, the
 others measure the same trial at the same moment and send node 0 their `TrialResult`. Node 0 merges them
 (engine/nodes_merge.py) into one trial whose `samples_per_s` is the job's throughput as DDP sees it: every rank
-paced by the slowest, so world ranks × the slowest rank's samples/s. These records are what it keeps per node.
+paced by the slowest, so world ranks × the slowest rank's samples/s. These records are what it keeps per node
+(engine/nodes_merge.py's `node_trial` makes one of a node's TrialResult: model/ never imports results here).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from loadertop.core.model.results import Status, TrialResult
+from loadertop.core.model.status import Status
 
-NODES_PROTOCOL_VERSION = 1  # in every node's hello: agents of different versions refuse to run together
+NODES_PROTOCOL_VERSION = 2  # in every node's hello (model/node_protocol.py): 2 since its messages are typed
 
 
 @dataclass(frozen=True)
@@ -52,23 +52,6 @@ class NodeTrial:
     worker_uss_mb: tuple[float, ...] = ()
     cpu_percent: float | None = None
     warnings: tuple[str, ...] = ()
-
-    @classmethod
-    def of(cls, node_rank: int, trial: TrialResult) -> NodeTrial:
-        rates = trial.rank_samples_per_s or ((trial.samples_per_s,) if trial.samples_per_s is not None else ())
-        return cls(
-            node_rank=node_rank,
-            status=trial.status,
-            error=trial.error,
-            samples_per_s=trial.samples_per_s,
-            rank_samples_per_s=tuple(rates),
-            stall_fraction=trial.stall_fraction,
-            wait_ms_p99=trial.wait_ms_p99,
-            total_pss_mb=trial.total_pss_mb,
-            worker_uss_mb=trial.worker_uss_mb,
-            cpu_percent=trial.cpu_percent,
-            warnings=trial.warnings,
-        )
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.nodes import NodeInfo, NodeTrial
+from loadertop.core.model.status import Status
 
-RESULT_VERSION = 1
-
-Status = Literal["ok", "failed", "skipped"]
+RESULT_VERSION = 1  # a result file of another version is refused (check_version), never misread
 
 
 @dataclass(frozen=True)
@@ -272,6 +271,8 @@ class SweepResult:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SweepResult:
+        """UsageError (one line) for a result of another version: every reader of a result file comes here."""
+        check_version(data)
         rec = data.get("recommendation")
         knee = data.get("knee")
         return cls(
@@ -289,4 +290,15 @@ class SweepResult:
             search_trace=tuple(SearchStep(**s) for s in data.get("search_trace") or ()),
             iterable=data.get("iterable", False),
             nodes=tuple(NodeInfo.from_dict(n) for n in data.get("nodes") or ()),
+        )
+
+
+def check_version(data: dict[str, Any]) -> None:
+    """A result written by another loadertop's format is refused in one line: its fields may mean other things.
+    A result without a version is read as this one (results before the field was written)."""
+    version = data.get("version", RESULT_VERSION)
+    if version != RESULT_VERSION:
+        raise UsageError(
+            f"result version {version!r}, this loadertop reads result version {RESULT_VERSION} "
+            f"(read it with the loadertop that wrote it)"
         )

@@ -1,5 +1,5 @@
 """One JSON line per message: the codec shared by every protocol that crosses a process boundary (the runner's,
-`protocol.py`; a live training job's, `live_protocol.py`).
+`protocol.py`; a live training job's, `live_protocol.py`; the many-node agents', `node_protocol.py`).
 
 A protocol is a set of frozen dataclasses, each with a `TYPE` tag, and one hello kind that carries the protocol's
 `version` and must be checked before anything else is read. Field types are limited to those in `_CODECS`, so
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
@@ -44,26 +44,28 @@ def _bool(value: Any) -> bool:
     raise ProtocolError(f"expected true or false, got {value!r}")
 
 
-def _optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def optional(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return lambda value: None if value is None else read(value)
 
 
-def _tuple_of(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    def tuple_of(value: Any) -> tuple[Any, ...]:
+def tuple_of(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def read_all(value: Any) -> tuple[Any, ...]:
         if not isinstance(value, list):
             raise ProtocolError(f"expected a list, got {value!r}")
         return tuple(read(v) for v in value)
 
-    return tuple_of
+    return read_all
 
 
-def _record(kind: type[TrialConfig] | type[Settings]) -> Callable[[Any], Any]:
-    def record(value: Any) -> Any:
+def record(kind: Any) -> Callable[[Any], Any]:
+    """from JSON for a record type with `from_dict` (an object on the wire)."""
+
+    def read(value: Any) -> Any:
         if not isinstance(value, dict):
             raise ProtocolError(f"expected an object, got {value!r}")
         return kind.from_dict(value)
 
-    return record
+    return read
 
 
 def _same(value: Any) -> Any:
@@ -76,25 +78,34 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "float": (_same, _float),
     "str": (_same, _str),
     "bool": (_same, _bool),
-    "int | None": (_same, _optional(_int)),
-    "float | None": (_same, _optional(_float)),
-    "str | None": (_same, _optional(_str)),
-    "tuple[int, ...]": (list, _tuple_of(_int)),
-    "tuple[float, ...]": (list, _tuple_of(_float)),
-    "tuple[str, ...]": (list, _tuple_of(_str)),
-    "TrialConfig": (TrialConfig.to_dict, _record(TrialConfig)),
-    "TrialConfig | None": (lambda c: None if c is None else c.to_dict(), _optional(_record(TrialConfig))),
-    "Settings": (Settings.to_dict, _record(Settings)),
+    "int | None": (_same, optional(_int)),
+    "float | None": (_same, optional(_float)),
+    "str | None": (_same, optional(_str)),
+    "tuple[int, ...]": (list, tuple_of(_int)),
+    "tuple[float, ...]": (list, tuple_of(_float)),
+    "tuple[str, ...]": (list, tuple_of(_str)),
+    "TrialConfig": (TrialConfig.to_dict, record(TrialConfig)),
+    "TrialConfig | None": (lambda c: None if c is None else c.to_dict(), optional(record(TrialConfig))),
+    "Settings": (Settings.to_dict, record(Settings)),
 }
 
 
 class Codec:
     """encode/decode for one protocol: its message kinds, and the hello kind whose `version` must match."""
 
-    def __init__(self, kinds: Sequence[type[Any]], hello: type[Any], version: int, mismatch: str) -> None:
+    def __init__(
+        self,
+        kinds: Sequence[type[Any]],
+        hello: type[Any],
+        version: int,
+        mismatch: str,
+        records: Mapping[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] | None = None,
+    ) -> None:
+        # `records`: a protocol's own record types (annotation -> (to JSON, from JSON)), e.g. the nodes' TrialResult
+        self._codecs = {**_CODECS, **(records or {})}
         for kind in kinds:  # a field of another type would not round-trip: fail at import, not mid-run
             for f in dataclasses.fields(kind):
-                if str(f.type) not in _CODECS:
+                if str(f.type) not in self._codecs:
                     raise TypeError(f"{kind.__name__}.{f.name}: the protocol has no codec for {f.type}")
         self._by_type: dict[str, type[Any]] = {kind.TYPE: kind for kind in kinds}
         self._hello = hello
@@ -105,7 +116,7 @@ class Codec:
         """One JSON line (newline included), tagged with the message's type."""
         data: dict[str, Any] = {"type": message.TYPE}
         for f in dataclasses.fields(message):
-            data[f.name] = _CODECS[str(f.type)][0](getattr(message, f.name))
+            data[f.name] = self._codecs[str(f.type)][0](getattr(message, f.name))
         return json.dumps(data) + "\n"
 
     def decode(self, line: str | bytes) -> Any:
@@ -128,8 +139,8 @@ class Codec:
         values = {}
         for name, value in data.items():
             try:
-                values[name] = _CODECS[fields[name]][1](value)
-            except (ProtocolError, TypeError, ValueError) as exc:
+                values[name] = self._codecs[fields[name]][1](value)
+            except (ProtocolError, TypeError, ValueError, KeyError, AttributeError) as exc:
                 raise ProtocolError(f"{tag}.{name}: {exc}") from None
         try:
             return kind(**values)

@@ -1,16 +1,16 @@
 """The engine's NodeLink (engine/nodes_link.py) over the c10d store: trials sent out, results sent back, heartbeats.
 
-Keys (under the store's prefix): `ready/I/K` node K is ready for trial I; `config/I` node 0's trial I (or "end");
-`result/I/K` node K's TrialResult of trial I; `hb/K` node K's heartbeat counter; `stop` node 0 stopped the sweep;
-`bye/K` node K left. A heartbeat thread per node beats every BEAT_S on its own connection; node 0 watches every
-node, the others watch node 0. A counter that has not moved for LOST_S, a node that left early, or a store that
-is gone breaks the sweep here (the Sweep cancels), and node 0 then tells every node to stop.
+Keys (under the store's prefix), each holding one message of model/node_protocol.py: `ready/I/K` node K is ready
+for trial I (NodeReady); `trial/I` node 0's trial I (TrialOut, its config None: the sweep ended); `result/I/K` node
+K's TrialResult of trial I (ResultBack); `bye/K` node K left (NodeBye). Two counters: `hb/K` node K's heartbeat,
+`stop` node 0 stopped the sweep. A heartbeat thread per node beats every BEAT_S on its own connection; node 0
+watches every node, the others watch node 0. A counter that has not moved for LOST_S, a node that left early, or
+a store that is gone breaks the sweep here (the Sweep cancels), and node 0 then tells every node to stop.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +19,15 @@ from typing import Any
 from loadertop.core.engine import Launch
 from loadertop.core.engine.nodes_merge import merge_nodes
 from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.node_protocol import (
+    NodeBye,
+    NodeReady,
+    ProtocolError,
+    ResultBack,
+    TrialOut,
+    decode_as,
+    encode,
+)
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import TrialResult
 from loadertop.core.nodes.store import StoreGone, guarded, wait_keys
@@ -70,18 +79,22 @@ class StoreLink:
                 ready = [f"ready/{index}/{k}" for k in self._others()]
                 if wait_keys(self._store, ready, None, self._halt):
                     return None  # a node lost, or stopped, while waiting
-                guarded(lambda: self._store.set(f"config/{index}", json.dumps(config.to_dict())))
+                guarded(lambda: self._store.set(f"trial/{index}", encode(TrialOut(index, config))))
             else:
-                guarded(lambda: self._store.set(f"ready/{index}/{self.node_rank}", "1"))
-                if wait_keys(self._store, [f"config/{index}"], None, self._halt):
+                ready = encode(NodeReady(index, self.node_rank))
+                guarded(lambda: self._store.set(f"ready/{index}/{self.node_rank}", ready))
+                if wait_keys(self._store, [f"trial/{index}"], None, self._halt):
                     return None
-                raw = guarded(lambda: self._store.get(f"config/{index}")).decode()
-                if raw == "end":
+                out = decode_as(TrialOut, guarded(lambda: self._store.get(f"trial/{index}")))
+                if out.config is None:
                     self._ended.set()
                     return None
-                config = TrialConfig.from_dict(json.loads(raw))
+                config = out.config
         except StoreGone as exc:
             self._gone(exc)
+            return None
+        except ProtocolError as exc:
+            self._garbled(f"trial/{index}", exc)
             return None
         self._index += 1
         return config
@@ -90,7 +103,8 @@ class StoreLink:
         index = self._index - 1
         try:
             if self.node_rank != 0:
-                guarded(lambda: self._store.set(f"result/{index}/{self.node_rank}", json.dumps(trial.to_dict())))
+                back = encode(ResultBack(index, self.node_rank, trial))
+                guarded(lambda: self._store.set(f"result/{index}/{self.node_rank}", back))
                 return trial
             keys = {k: f"result/{index}/{k}" for k in self._others()}
             missing = set(wait_keys(self._store, list(keys.values()), None, self._halt))
@@ -101,9 +115,12 @@ class StoreLink:
                     shares.append(TrialResult(trial.index, trial.config, "failed", error=why))
                 else:
                     raw = guarded(lambda key=key: self._store.get(key))
-                    shares.append(TrialResult.from_dict(json.loads(raw)))
+                    shares.append(decode_as(ResultBack, raw).trial)
         except StoreGone as exc:
             self._gone(exc)
+            return TrialResult(trial.index, trial.config, "failed", error=self.reason)
+        except ProtocolError as exc:
+            self._garbled(f"result/{index}", exc)
             return TrialResult(trial.index, trial.config, "failed", error=self.reason)
         return merge_nodes(shares, self._infos)
 
@@ -133,7 +150,7 @@ class StoreLink:
                 live = [f"bye/{k}" for k in self._others() if k not in self._lost]
                 wait_keys(self._store, live, time.monotonic() + BYE_WAIT_S, threading.Event())
             else:
-                guarded(lambda: self._store.set(f"bye/{self.node_rank}", "1"))
+                guarded(lambda: self._store.set(f"bye/{self.node_rank}", encode(NodeBye(self.node_rank))))
         except StoreGone:
             pass
         finally:
@@ -147,7 +164,7 @@ class StoreLink:
 
     def _end(self) -> None:
         self._ended.set()
-        guarded(lambda: self._store.set(f"config/{self._index}", "end"))
+        guarded(lambda: self._store.set(f"trial/{self._index}", encode(TrialOut(self._index, None))))
 
     def _who(self, k: int) -> str:
         host = self._infos[k].hostname if k < len(self._infos) else "?"
@@ -159,6 +176,10 @@ class StoreLink:
         else:
             self._lost[0] = "lost: its store is gone"
             self._break(f"{self._who(0)} {self._lost[0]}", EXIT_LOST)
+
+    def _garbled(self, key: str, exc: ProtocolError) -> None:
+        """A message this agent cannot read (the versions were checked at the hello: a bug, never a peer's)."""
+        self._break(f"node {self.node_rank}: unreadable {key} ({exc})", EXIT_LOST)
 
     def _break(self, reason: str, code: int) -> None:
         with self._lock:
