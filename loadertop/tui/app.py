@@ -54,9 +54,7 @@ class LoadertopApp(App[None]):
     CSS_PATH = "loadertop.tcss"
     TITLE = "loadertop"
     ENABLE_COMMAND_PALETTE = False
-    # Typed by App (a ClassVar there, `| None`): redeclaring them ClassVar here would clash with that.
-    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
-    VERTICAL_BREAKPOINTS = layout.VERTICAL
+    HORIZONTAL_BREAKPOINTS, VERTICAL_BREAKPOINTS = layout.HORIZONTAL, layout.VERTICAL  # typed by App (ClassVar)
     # Single keys only: tmux delays Esc, and Alt/Ctrl combinations get eaten by terminals and multiplexers.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "rerun", "rerun", tooltip="rerun the whole sweep; the table shows Δ against this run", id="rerun"),
@@ -273,15 +271,8 @@ class LoadertopApp(App[None]):
 
     # ---- actions -------------------------------------------------------------------------------
 
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None:
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:  # App.notify's own parameters
         self.messages.append((severity, message))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 

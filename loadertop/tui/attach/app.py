@@ -117,9 +117,7 @@ class AttachApp(App[int]):
     CSS_PATH: ClassVar = [TUI_DIR / "loadertop.tcss", Path(__file__).resolve().parent / "attach.tcss"]
     TITLE = "loadertop attach"
     ENABLE_COMMAND_PALETTE = False
-    # Typed by App (a ClassVar there, `| None`): redeclaring them ClassVar here would clash with that.
-    HORIZONTAL_BREAKPOINTS = layout.HORIZONTAL
-    VERTICAL_BREAKPOINTS = layout.VERTICAL
+    HORIZONTAL_BREAKPOINTS, VERTICAL_BREAKPOINTS = layout.HORIZONTAL, layout.VERTICAL  # typed by App (ClassVar)
     # Single keys only: tmux delays Esc, and Alt/Ctrl combinations get eaten by terminals and multiplexers.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pick", "pick", tooltip="detach and pick another job from the list", id="attach.pick"),
@@ -282,15 +280,8 @@ class AttachApp(App[int]):
 
     # ---- actions -------------------------------------------------------------------------------
 
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None:
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:  # App.notify's own parameters
         self.messages.append((str(severity), message))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
