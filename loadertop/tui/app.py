@@ -54,8 +54,7 @@ class LoadertopApp(App[None]):
     CSS_PATH = "loadertop.tcss"
     TITLE = "loadertop"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.HORIZONTAL
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.VERTICAL
+    HORIZONTAL_BREAKPOINTS, VERTICAL_BREAKPOINTS = layout.HORIZONTAL, layout.VERTICAL  # typed by App (ClassVar)
     # Single keys only: tmux delays Esc, and Alt/Ctrl combinations get eaten by terminals and multiplexers.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r", "rerun", "rerun", tooltip="rerun the whole sweep; the table shows Δ against this run", id="rerun"),
@@ -119,7 +118,7 @@ class LoadertopApp(App[None]):
         self.header = HeaderPane(self.state, id="header")
         self.table = ResultsTable(self.state, id="results")
         self.too_small = Static(id="too-small")
-        self.panes: dict[str, Pane | ResultsTable | ThroughputChart] = {
+        self.panes: dict[str, Pane[SweepState] | ResultsTable | ThroughputChart] = {
             "header": self.header,
             "gpu": GpuPane(self.state, id="gpu"),
             "memory": MemoryPane(self.state, id="memory"),
@@ -272,9 +271,10 @@ class LoadertopApp(App[None]):
 
     # ---- actions -------------------------------------------------------------------------------
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information", **kwargs) -> None:  # type: ignore[override]
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:  # App.notify's own parameters
         self.messages.append((severity, message))
-        super().notify(message, title=title, severity=severity, **kwargs)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def _request(self, settings: Settings, only: Sequence[TrialConfig] | None, what: str) -> None:
         """Start a sweep, or, while one runs, cancel it and start this one when it has stopped."""

@@ -8,12 +8,15 @@ their slopes, the ⚠) are the engine's (ProbeSample.uss, then the result): the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import ProbeSample, TrialProgress, UssFigures
 from loadertop.core.model.results import TrialResult
 
 HISTORY = 600  # samples kept per series: minutes at the default interval, a few hundred KB at most
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -109,7 +112,7 @@ class TrialTrace:
         ]
 
 
-def push(series: list, value: object) -> None:
+def push(series: list[T], value: T) -> None:
     """Append in place, keeping at most HISTORY items."""
     series.append(value)
     if len(series) > HISTORY:

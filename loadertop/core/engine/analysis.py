@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 from loadertop.core.engine.band import Noise, choose_merged, equivalent, finished, merge_repeats, noise_band
 from loadertop.core.engine.bound import (
@@ -26,6 +27,9 @@ from loadertop.core.engine.transport import transport_reason
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
 
 Name = Callable[[TrialResult], str]  # how a reason names another trial: "4 workers" on the same curve, else its label
 
@@ -130,7 +134,14 @@ def _unordered_gain(rec: TrialResult, ok: list[TrialResult], tol: float) -> str:
     )
 
 
-def _twin(rec: TrialResult, ok: list[TrialResult], **knob: bool) -> TrialResult | None:
+class _Knob(TypedDict, total=False):
+    """The knobs a twin may differ in (typed, so replace() is checked against TrialConfig's fields)."""
+
+    pin_memory: bool
+    in_order: bool
+
+
+def _twin(rec: TrialResult, ok: list[TrialResult], **knob: Unpack[_Knob]) -> TrialResult | None:
     """The measured configuration that differs from `rec` only in `knob`."""
     config = dataclasses.replace(rec.config, **knob)
     return next((t for t in ok if t.config == config), None)

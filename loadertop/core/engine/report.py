@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from loadertop.core.engine.analysis import merge_repeats
+from loadertop.core.engine.band import merge_repeats
 from loadertop.core.engine.nodes_report import NODE_COLUMNS, NODE_HEADERS, NodeRow, node_rows, pacing
 from loadertop.core.engine.wording import NONE, pct
 from loadertop.core.model.config import TrialConfig

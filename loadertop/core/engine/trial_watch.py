@@ -35,7 +35,7 @@ from loadertop.core.model.protocol import (
 from loadertop.core.model.results import TrialResult
 
 # What a signal that killed the trial's main process most likely means (the memory guard names itself).
-_SIGNAL_HINTS = {
+_SIGNAL_HINTS: dict[int, str] = {  # keyed by Signals, looked up by the int the runner reports
     signal.SIGKILL: " (not by loadertop: the kernel's OOM killer, or another user?)",
     signal.SIGSEGV: " (a crash in native code, such as a C extension the dataset uses; Python stack in runner.log)",
 }  # SIGBUS gets the /dev/shm hint that every failure mentioning it gets

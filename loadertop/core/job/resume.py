@@ -41,7 +41,10 @@ def why_not_tunable(loader: Any) -> str | None:
 
 def epoch_batches(loader: DataLoader[Any]) -> Batches:
     """The epoch's index batches, in order, from the user's own batch sampler (asked once)."""
-    return [list(batch) for batch in loader.batch_sampler]  # type: ignore[union-attr]
+    sampler = loader.batch_sampler
+    if sampler is None:  # why_not_tunable() refuses these before any epoch
+        raise TypeError("batch_size=None (no batch sampler): batches are not index lists")
+    return [list(batch) for batch in sampler]
 
 
 def current_config(loader: DataLoader[Any]) -> TrialConfig:
@@ -92,8 +95,13 @@ def user_args(loader: DataLoader[Any]) -> UserArgs:
 def _sampling_args(loader: DataLoader[Any]) -> list[tuple[str, str]]:
     """shuffle=True for the RandomSampler the DataLoader builds itself, else their own sampler; drop_last."""
     sampler, args = loader.sampler, []
-    made_by_loader = isinstance(sampler, RandomSampler) and sampler.generator is loader.generator
-    if made_by_loader and not sampler.replacement and getattr(sampler, "_num_samples", None) is None:
+    shuffled_by_loader = (  # the RandomSampler that shuffle=True builds: the loader's generator, as many as len()
+        isinstance(sampler, RandomSampler)
+        and sampler.generator is loader.generator
+        and not sampler.replacement
+        and getattr(sampler, "_num_samples", None) is None
+    )
+    if shuffled_by_loader:
         args.append(("shuffle", "True"))
     elif not isinstance(sampler, SequentialSampler):
         args.append(("sampler", arg_text(sampler)))
@@ -141,7 +149,8 @@ def _knobs(loader: DataLoader[Any], config: TrialConfig, persistent: bool) -> di
         "worker_init_fn": loader.worker_init_fn,
         "generator": loader.generator,
     }
-    if config.pin_memory and getattr(loader, "pin_memory_device", ""):
+    device = getattr(loader, "pin_memory_device", "")  # apart from the `and`: mypy types its default as bool there
+    if config.pin_memory and device:
         knobs["pin_memory_device"] = loader.pin_memory_device
     if nw > 0:  # the DataLoader rejects these at 0 workers (a timeout too: the 0-worker iterator asserts it is 0)
         knobs["timeout"] = loader.timeout

@@ -76,13 +76,14 @@ class GpuProbe:
         self._lock = threading.Lock()
         if nvml is None:
             try:
-                import pynvml as nvml
+                import pynvml
             except ImportError:
                 self.unavailable = "unavailable: NVML bindings (nvidia-ml-py) not installed"
                 return
             except Exception as exc:  # a broken install must not take the app down
                 self.unavailable = f"unavailable: cannot import pynvml: {_error_text(exc)}"
                 return
+            nvml = pynvml
         self._nvml = nvml
         try:
             nvml.nvmlInit()

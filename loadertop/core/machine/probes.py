@@ -247,9 +247,11 @@ class Probes:
             with self._lock:
                 index, main_pid, worker_pids = self._index, self._main_pid, self._worker_pids
 
-            main = None if main_pid is None else self._read(main_pid, now)
-            if main is not None and main.full:
-                self._beside = _beside(main_pid)  # counted when PSS is read: the two go together
+            main = None
+            if main_pid is not None:
+                main = self._read(main_pid, now)
+                if main is not None and main.full:
+                    self._beside = _beside(main_pid)  # counted when PSS is read: the two go together
             workers: list[WorkerSample] = []
             readings: list[_Reading] = [] if main is None else [main]
             for pid in worker_pids:

@@ -37,7 +37,7 @@ class Consumer:
 
         _to_device(batch, self.device, self.non_blocking)
         if self.step_s > 0:
-            torch.cuda._sleep(int(self._cycles_per_s * self.step_s))
+            _cuda_sleep(int(self._cycles_per_s * self.step_s))
         torch.cuda.synchronize()
 
 
@@ -53,7 +53,8 @@ class UserConsumer:
         self.step(batch)
         import torch
 
-        if torch.cuda.is_initialized():
+        initialized: Callable[[], bool] = torch.cuda.is_initialized  # typed here: torch leaves it unannotated
+        if initialized():
             torch.cuda.synchronize()
 
 
@@ -77,9 +78,17 @@ def _calibrate_cuda_sleep() -> float:
     import torch
 
     cycles = 10_000_000
-    torch.cuda._sleep(1000)
+    _cuda_sleep(1000)
     torch.cuda.synchronize()
     start = time.perf_counter()
-    torch.cuda._sleep(cycles)
+    _cuda_sleep(cycles)
     torch.cuda.synchronize()
     return cycles / max(time.perf_counter() - start, 1e-6)
+
+
+def _cuda_sleep(cycles: int) -> None:
+    """A kernel that spins for `cycles` GPU clocks (torch.cuda._sleep, typed here: torch leaves it unannotated)."""
+    import torch
+
+    spin: Callable[[int], None] = torch.cuda._sleep
+    spin(cycles)

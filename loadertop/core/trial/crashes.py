@@ -13,7 +13,7 @@ from typing import Any
 
 NOTE = "loadertop: sample index "
 _WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)\.")
-_SUBCLASSES: dict[type, type] = {}
+_SUBCLASSES: dict[type[Any], type[Any]] = {}
 
 
 def _add_note(exc: BaseException, where: str) -> None:
@@ -23,10 +23,11 @@ def _add_note(exc: BaseException, where: str) -> None:
         add(NOTE + where)
 
 
-def _noting_subclass(cls: type) -> type:
+def _noting_subclass(cls: type[Any]) -> type[Any]:
+    """`cls` is a dataset class: any class with __getitem__."""
     if cls in _SUBCLASSES:
         return _SUBCLASSES[cls]
-    getitem = cls.__getitem__  # type: ignore[attr-defined]
+    getitem = cls.__getitem__
     namespace: dict[str, Any] = {"__slots__": (), "__module__": cls.__module__, "__qualname__": cls.__qualname__}
 
     def __getitem__(self: Any, index: Any) -> Any:
@@ -49,7 +50,8 @@ def _noting_subclass(cls: type) -> type:
                 raise
 
         namespace["__getitems__"] = __getitems__
-    sub = type(cls)(cls.__name__, (cls,), namespace)
+    meta: type[type] = type(cls)  # the dataset's metaclass (usually `type`): the subclass is made by the same one
+    sub = meta(cls.__name__, (cls,), namespace)
     _SUBCLASSES[cls] = sub
     return sub
 

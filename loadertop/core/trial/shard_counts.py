@@ -13,6 +13,7 @@ the epoch lives in shared memory (a tensor after `share_memory_()`, as datasets 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from loadertop.core.model.config import TrialConfig
@@ -70,8 +71,8 @@ def set_epoch_warning(dataset: Any, config: TrialConfig) -> str | None:
     if not callable(getattr(dataset, "set_epoch", None)):
         return None
     for name in ("_epoch", "epoch"):
-        value = getattr(dataset, name, None)
-        if hasattr(value, "is_shared") and value.is_shared():
+        is_shared = getattr(getattr(dataset, name, None), "is_shared", None)
+        if callable(is_shared) and is_shared():
             return None  # the workers read the epoch the main process writes
     return (
         f"{type(dataset).__name__} has set_epoch, but with persistent_workers=True each worker keeps the copy it "
@@ -89,7 +90,9 @@ class CountingCollate:
         import torch
 
         self.inner = inner
-        self.counts = torch.zeros(workers, dtype=torch.int64).share_memory_()
+        self.counts = torch.zeros(workers, dtype=torch.int64)
+        share: Callable[[], torch.Tensor] = self.counts.share_memory_  # typed here: torch leaves it unannotated
+        share()  # in place: the workers' adds reach the main process
 
     def __call__(self, samples: Any) -> Any:
         from torch.utils.data import get_worker_info

@@ -20,6 +20,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Static
 
 from loadertop.core.model.live import LiveSnapshot
@@ -116,8 +117,7 @@ class AttachApp(App[int]):
     CSS_PATH: ClassVar = [TUI_DIR / "loadertop.tcss", Path(__file__).resolve().parent / "attach.tcss"]
     TITLE = "loadertop attach"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.HORIZONTAL
-    VERTICAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = layout.VERTICAL
+    HORIZONTAL_BREAKPOINTS, VERTICAL_BREAKPOINTS = layout.HORIZONTAL, layout.VERTICAL  # typed by App (ClassVar)
     # Single keys only: tmux delays Esc, and Alt/Ctrl combinations get eaten by terminals and multiplexers.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pick", "pick", tooltip="detach and pick another job from the list", id="attach.pick"),
@@ -280,9 +280,10 @@ class AttachApp(App[int]):
 
     # ---- actions -------------------------------------------------------------------------------
 
-    def notify(self, message: str, *, title: str = "", severity="information", **kwargs) -> None:  # type: ignore[override]
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:  # App.notify's own parameters
         self.messages.append((str(severity), message))
-        super().notify(message, title=title, severity=severity, **kwargs)
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def action_pick(self, error: str | None = None) -> None:
         """Detach (the last view stays underneath) and show the job list; enter attaches to the chosen job."""

@@ -43,15 +43,15 @@ class LiveThroughputChart(PlotextPlot):
             plt.plot(ts, rates, marker="braille", color="cyan", label="samples/s" if legend else None)
         if stalls:
             plt.plot(st, stalls, marker="braille", color="red", yside="right", label="stall %" if legend else None)
-            plt.ylim(0, 100, yside="right")
-        plt.ylim(0, max(rates, default=1.0) * 1.1 or 1.0, yside="left")
+            plt.ylim(0, 100, yside="right")  # type: ignore[arg-type]  # stub types yside as float; plotext takes "left"/"right"
+        plt.ylim(0, max(rates, default=1.0) * 1.1 or 1.0, yside="left")  # type: ignore[arg-type]  # stub types yside as float; plotext takes "left"/"right"
         low, high = state.t[0], state.t[-1]
         self.marks = [end for end in state.epoch_ends if low <= end <= high]
         for end in self.marks:
             plt.vline(end, color="orange")
         if legend:
             plt.xlabel("seconds since attach")
-            plt.ylabel("stall %", yside="right")
+            plt.ylabel("stall %", yside="right")  # type: ignore[call-arg]  # textual-plotext's stub calls it xside; plotext takes yside
         now = f"{fmt.rate(snap.samples_per_s)} samples/s · stall {pct(snap.stall_fraction)}" if snap else ""
         title = f"Throughput · {now}"
         if not legend:

@@ -97,8 +97,8 @@ class HelpScreen(ModalScreen[None]):
             yield Static(_table(keys), id="help-keys")
             yield Static(Content.styled("Panes", "bold $accent"), classes="heading")
             # Chosen once, for the size the screen opens at (breakpoint classes arrive after the first layout).
-            tall = self.short is None or self.app.size.height >= TALL
-            yield Static(_table(self.panes if tall else self.short), id="help-panes")
+            rows = self.panes if self.short is None or self.app.size.height >= TALL else self.short
+            yield Static(_table(rows), id="help-panes")
             yield Static(
                 Content.styled(
                     "No key needs Esc, Alt or Ctrl; ? or q closes. More: docs/tui.md", "dim"

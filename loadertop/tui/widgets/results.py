@@ -93,7 +93,7 @@ def status_text(row: Row, measured: ReportRow | None = None) -> str:
     return " · ".join(parts)
 
 
-class ResultsTable(DataTable):
+class ResultsTable(DataTable[Text]):
     """Cells are plain values; the knee (◆), the recommendation (★), the configurations within noise of the best
     (≈), the running one (▸) and the highlighted one (›) are marked by symbol and style, so they survive NO_COLOR."""
 

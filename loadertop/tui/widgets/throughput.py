@@ -103,7 +103,7 @@ class ThroughputChart(PlotextPlot):
         self.plt.xticks(sorted({t.config.num_workers for points in families.values() for t, _ in points}))
         if legend:
             self.plt.xlabel("num_workers")
-            self.plt.ylabel("PSS MB", yside="right")
+            self.plt.ylabel("PSS MB", yside="right")  # type: ignore[call-arg]  # textual-plotext's stub calls it xside; plotext takes yside
         title = "samples/s vs num_workers"
         if not legend:
             title += " · • PSS MB (right)" if has_pss else ""
@@ -138,8 +138,8 @@ class ThroughputChart(PlotextPlot):
             self.plt.plot(xs, ys, marker="braille", color=colors[n], label=label if legend or fam != main else None)
         pss = [(t.config.num_workers, t.total_pss_mb) for t, _ in families[main] if t.total_pss_mb is not None]
         if pss:
-            xs, ys = zip(*pss, strict=True)
-            self.plt.plot(xs, ys, marker="•", color="green", yside="right", label="PSS MB" if legend else None)
+            counts, pss_mb = zip(*pss, strict=True)
+            self.plt.plot(counts, pss_mb, marker="•", color="green", yside="right", label="PSS MB" if legend else None)
         return bool(pss)
 
 

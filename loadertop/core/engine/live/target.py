@@ -163,9 +163,10 @@ def resolve(target: int | str | None, scan_s: float = WORKER_SCAN_S) -> Target:
     else:
         pid = int(target)
         process = _process(pid)
-        job = read_job(job_dir(pid))
-        if job is None or job.pid != pid:
+        found = read_job(job_dir(pid))
+        if found is None or found.pid != pid:
             return _unwatched(process, scan_s)
+        job = found
     process = _process(job.pid)
     check_readable(process)
     return Target(pid=job.pid, command=job.command or command_of(process), job=job)
