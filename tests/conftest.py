@@ -36,11 +36,13 @@ class StartedAProcess(RuntimeError):
 
 @pytest.fixture(autouse=True)
 def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """`pytest -m unit` is the inner loop: a test marked `unit` may start no subprocess and no DataLoader worker.
+    """`pytest -m unit` is the inner loop: a test marked `unit` (or `tui`, `heavy`: in-process too) may start no
+    subprocess and no DataLoader worker.
     Enforced, not trusted: starting one raises, and the test fails even if it caught the error.
     LOADERTOP_UNIT_PROBE=FILE guards every test and lists those that start something in FILE (to mark the tiers)."""
     probe = os.environ.get("LOADERTOP_UNIT_PROBE")
-    if request.node.get_closest_marker("unit") is None and not probe:
+    in_process = any(request.node.get_closest_marker(tier) for tier in ("unit", "tui", "heavy"))
+    if not in_process and not probe:
         yield
         return
     started: list[str] = []
@@ -48,7 +50,7 @@ def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
     def refuse(what: str) -> Callable[..., Any]:
         def start(*args: Any, **kwargs: Any) -> Any:
             started.append(what)
-            raise StartedAProcess(f"a unit test started {what}: mark it by what it starts, not `unit`")
+            raise StartedAProcess(f"a test marked in-process started {what}: mark it by what it starts")
 
         return start
 
@@ -61,4 +63,4 @@ def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
         with open(probe, "a") as f:
             f.write(request.node.nodeid + "\n")
     elif started:
-        pytest.fail(f"a unit test started {started[0]}: mark it by what it starts, not `unit`")
+        pytest.fail(f"a test marked in-process started {started[0]}: mark it by what it starts")

@@ -94,6 +94,7 @@ SATURATING = [
 # ------------------------------------------------------------------------------------------------ clean, noisy curves
 
 
+@pytest.mark.unit
 def test_saturating_curve_knee_at_4_recommends_6_within_5_percent():
     knee, rec = analyze(curve(SATURATING), SETTINGS, machine())
     assert knee == Knee(
@@ -115,6 +116,7 @@ def test_saturating_curve_knee_at_4_recommends_6_within_5_percent():
     assert rec.snippet == "DataLoader(dataset, batch_size=32, num_workers=6)"
 
 
+@pytest.mark.unit
 def test_noisy_curve_wider_band_picks_fewer_workers():
     knee, rec = analyze(curve(SATURATING, spread=0.08), SETTINGS, machine())
     assert rec is not None
@@ -125,6 +127,7 @@ def test_noisy_curve_wider_band_picks_fewer_workers():
     assert knee is not None and knee.num_workers == 4
 
 
+@pytest.mark.unit
 def test_noise_band_is_the_widest_of_tolerance_and_spreads():
     a = trial(0, 1, 100.0, spread=0.03)
     b = trial(1, 2, 100.0, spread=0.07)
@@ -137,6 +140,7 @@ def test_noise_band_is_the_widest_of_tolerance_and_spreads():
 # ------------------------------------------------------------------------------------------------ flat curve
 
 
+@pytest.mark.unit
 def test_flat_curve_has_no_knee_and_recommends_fewest_workers():
     trials = curve(
         [
@@ -159,6 +163,7 @@ def test_flat_curve_has_no_knee_and_recommends_fewest_workers():
     assert rec.snippet == "DataLoader(dataset, batch_size=32)"
 
 
+@pytest.mark.unit
 def test_zero_workers_fastest_says_worker_overhead_costs_more():
     trials = curve(
         [
@@ -177,6 +182,7 @@ def test_zero_workers_fastest_says_worker_overhead_costs_more():
 # ------------------------------------------------------------------------------------------------ falling curve
 
 
+@pytest.mark.unit
 def test_falling_curve_knee_before_peak_and_drop_is_reported():
     # Seconds per epoch of 50 000 samples, like the article: 2 workers 42.7 s, 24 workers 18.7 s, 32 slower again.
     epoch = {2: 42.7, 4: 30.0, 8: 23.0, 12: 20.5, 16: 19.5, 24: 18.7, 32: 20.3}
@@ -199,6 +205,7 @@ def test_falling_curve_knee_before_peak_and_drop_is_reported():
     )
 
 
+@pytest.mark.unit
 def test_knee_found_on_rising_part_only():
     # Without cutting at the peak, the steep fall would pull kneedle away; the knee must not pass the peak.
     trials = curve(
@@ -220,6 +227,7 @@ def test_knee_found_on_rising_part_only():
 # ------------------------------------------------------------------------------------------------ still rising
 
 
+@pytest.mark.unit
 def test_still_rising_curve_recommends_largest():
     trials = curve(
         [
@@ -245,6 +253,7 @@ def test_still_rising_curve_recommends_largest():
     )
 
 
+@pytest.mark.unit
 def test_noise_band_rule_when_kneedle_finds_nothing():
     # Straight up to 4, then +2.5%: kneedle finds no knee on this; the band picks 4 (410 * 0.95 = 389.5).
     trials = curve(
@@ -261,6 +270,7 @@ def test_noise_band_rule_when_kneedle_finds_nothing():
     assert rec is not None and rec.config.num_workers == 4
 
 
+@pytest.mark.unit
 def test_noise_band_rule_when_peak_comes_too_early_for_kneedle():
     # The rising part is two points (0 and 1 worker): too short for kneedle; the band rule names the peak.
     trials = curve(
@@ -280,6 +290,7 @@ def test_noise_band_rule_when_peak_comes_too_early_for_kneedle():
     assert rec is not None and rec.config.num_workers == 1
 
 
+@pytest.mark.unit
 def test_too_few_points_for_a_knee():
     knee, rec = analyze(curve([(0, 100.0, 90.0, 0.5, 500.0), (2, 180.0, 180.0, 0.5, 700.0)]), SETTINGS, machine())
     assert knee == Knee(None, "none", "too few points for a knee (2 worker counts)")
@@ -289,6 +300,7 @@ def test_too_few_points_for_a_knee():
 # ------------------------------------------------------------------------------------------------ failures
 
 
+@pytest.mark.unit
 def test_failed_and_skipped_trials_are_ignored():
     trials = [
         *curve(SATURATING),
@@ -302,6 +314,7 @@ def test_failed_and_skipped_trials_are_ignored():
     assert rec.trial_index == 4
 
 
+@pytest.mark.unit
 def test_all_failed_gives_none():
     trials = [
         trial(0, 0, None, status="failed", error="boom"),
@@ -314,6 +327,7 @@ def test_all_failed_gives_none():
 # ------------------------------------------------------------------------------------------------ several axes
 
 
+@pytest.mark.unit
 def test_two_batch_sizes_compare_samples_per_second():
     small = [(0, 100.0), (1, 180.0), (2, 300.0), (4, 320.0)]
     large = [(0, 150.0), (1, 260.0), (2, 400.0), (4, 410.0)]
@@ -331,6 +345,7 @@ def test_two_batch_sizes_compare_samples_per_second():
     assert "410 samples/s peak at 4 workers" in knee.reason
 
 
+@pytest.mark.unit
 def test_same_workers_prefers_less_memory_then_throughput():
     trials = [
         trial(0, 2, 1000.0, batch_size=32, pss=800.0),
@@ -351,6 +366,7 @@ def test_same_workers_prefers_less_memory_then_throughput():
 # ------------------------------------------------------------------------------------------------ snippet
 
 
+@pytest.mark.unit
 def test_snippet_omits_defaults():
     assert snippet(TrialConfig(0, 64), "fork") == "DataLoader(dataset, batch_size=64)"
     assert snippet(TrialConfig(4, 64, 2, False, False, "fork"), "fork") == (
@@ -358,6 +374,7 @@ def test_snippet_omits_defaults():
     )
 
 
+@pytest.mark.unit
 def test_snippet_includes_non_defaults():
     config = TrialConfig(4, 64, 4, True, True, "spawn")
     assert snippet(config, "fork") == (
@@ -370,6 +387,7 @@ def test_snippet_includes_non_defaults():
     )
 
 
+@pytest.mark.unit
 def test_snippet_zero_workers_keeps_pin_memory_only():
     assert snippet(TrialConfig(0, 16, None, True, False, None), "fork") == (
         "DataLoader(dataset, batch_size=16, pin_memory=True)"
@@ -379,6 +397,7 @@ def test_snippet_zero_workers_keeps_pin_memory_only():
 # ------------------------------------------------------------------------------------------------ trial_reason
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("kwargs", "peak", "expected"),
     [
@@ -397,6 +416,7 @@ def test_trial_reason_from_evidence(kwargs, peak, expected):
     assert trial_reason(t, machine(usable_cpus=2 if "main_cpu" not in kwargs else 8), peak) == expected
 
 
+@pytest.mark.unit
 def test_trial_reason_failed_and_skipped_show_error():
     # A memory failure names its category; other failures show their error as it is.
     assert trial_reason(trial(0, 8, None, status="failed", error="worker OOM"), machine(), 100.0) == (
@@ -416,6 +436,7 @@ def test_analysis_imports_no_ui_or_torch():
     assert out.stdout.strip() == ""
 
 
+@pytest.mark.unit
 def test_consumer_bound_reason():
     trials = curve([(0, 100.0, 50.0, 0.5, 400.0), (1, 110.0, 60.0, 0.3, 500.0), (2, 200.0, 90.0, 0.01, 600.0)])
     trials.append(trial(3, 4, 205.0, cpu=100.0, stall=0.01, pss=900.0))
@@ -428,6 +449,7 @@ def test_consumer_bound_reason():
     )
 
 
+@pytest.mark.unit
 def test_epoch_bound_reason_when_the_boundary_takes_a_large_share_of_short_epochs():
     # 62 batches an epoch at 10 batches/s is 6.2 s an epoch, of which 1.55 s (25%) waits for fresh workers.
     t = replace(trial(0, 10, 320.0, cpu=150.0, stall=1.0), batches_per_s=10.0, epoch_batches=62, epoch_restart_s=1.55)
@@ -443,6 +465,7 @@ def test_epoch_bound_reason_when_the_boundary_takes_a_large_share_of_short_epoch
     assert trial_reason(kept, machine(), None).endswith("25% of its time)")
 
 
+@pytest.mark.unit
 def test_zero_workers_at_the_ceiling_say_workers_cannot_help():
     t = replace(trial(0, 0, 507.0, stall=0.05), fraction_of_ceiling=507.0 / 531.0)
     _, rec = analyze([t], SETTINGS, machine())

@@ -53,6 +53,7 @@ def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+@pytest.mark.unit
 def test_no_pickle_is_left_behind_when_the_dump_fails(temp_dir: Path, runs: Path) -> None:
     with pytest.raises(UsageError, match="cannot be pickled"):
         loadertop.sweep(Unpicklable(TypeError), workers=[0], out_dir=runs)
@@ -62,6 +63,7 @@ def test_no_pickle_is_left_behind_when_the_dump_fails(temp_dir: Path, runs: Path
     assert list(temp_dir.iterdir()) == []
 
 
+@pytest.mark.unit
 def test_no_pickle_is_left_behind_when_the_settings_are_wrong(temp_dir: Path, runs: Path) -> None:
     with pytest.raises(loadertop.UsageError, match="--tolerance"):  # the name API users catch
         loadertop.sweep(Squares(), workers=[0], tolerance=5, out_dir=runs)

@@ -120,6 +120,7 @@ def test_history_counts_for_workers_not_for_rates(fake: FakeJob, sleepers: list[
     assert [w.pid for w in snap.workers] == sleepers
 
 
+@pytest.mark.unit
 def test_a_span_that_arrives_after_its_interval_closed_still_counts(fake: FakeJob) -> None:
     """A job (or a viewer) slowed by a loaded machine delivers a span after the snapshot it belonged to was built:
     it counts in the next one, instead of being taken for history and lost from the rates."""
@@ -133,6 +134,7 @@ def test_a_span_that_arrives_after_its_interval_closed_still_counts(fake: FakeJo
     assert snap.batches_per_s is not None and snap.batches_per_s * (snap.t - first.t) == pytest.approx(12, abs=0.5)
 
 
+@pytest.mark.unit
 def test_goodbye_ends_the_view_with_a_last_snapshot(fake: FakeJob) -> None:
     session = open_session(fake.pid, interval=0.2)
     fake.wait_viewers(1)
@@ -145,6 +147,7 @@ def test_goodbye_ends_the_view_with_a_last_snapshot(fake: FakeJob) -> None:
     session.close()  # idempotent
 
 
+@pytest.mark.unit
 def test_protocol_mismatch_is_one_line(jobs_root: Path) -> None:
     job = FakeJob(jobs_root, version=99)
     try:
@@ -157,6 +160,7 @@ def test_protocol_mismatch_is_one_line(jobs_root: Path) -> None:
     assert no_attach_threads()
 
 
+@pytest.mark.unit
 def test_a_bad_line_mid_stream_stops_the_stream_not_the_view(fake: FakeJob) -> None:
     with open_session(fake.pid, interval=0.2) as session:
         fake.wait_viewers(1)
@@ -167,6 +171,7 @@ def test_a_bad_line_mid_stream_stops_the_stream_not_the_view(fake: FakeJob) -> N
     assert seen[-1].missing and "cannot read" in seen[-1].missing[0] and not seen[-1].watched
 
 
+@pytest.mark.unit
 def test_several_viewers_at_once(fake: FakeJob) -> None:
     first, second = open_session(fake.pid, interval=0.3), open_session(fake.pid, interval=0.3)
     try:
@@ -180,6 +185,7 @@ def test_several_viewers_at_once(fake: FakeJob) -> None:
     assert a.batches_per_s and b.batches_per_s and a.stall_fraction == b.stall_fraction == pytest.approx(0.25)
 
 
+@pytest.mark.unit
 def test_close_from_another_thread_ends_the_iterator(fake: FakeJob) -> None:
     session = open_session(fake.pid, interval=30.0)
     threading.Timer(0.3, session.close).start()
@@ -189,6 +195,7 @@ def test_close_from_another_thread_ends_the_iterator(fake: FakeJob) -> None:
     assert no_attach_threads()
 
 
+@pytest.mark.unit
 def test_targets_by_folder_and_socket_and_the_job_list(fake: FakeJob) -> None:
     for target in (str(fake.folder), str(fake.folder / "sock")):
         with open_session(target, interval=1.0) as session:
@@ -317,6 +324,7 @@ def test_headless_lines_and_json(fake: FakeJob, sleepers: list[int], capsys: pyt
     shutil.rmtree(path.parent)
 
 
+@pytest.mark.unit
 def test_headless_without_target_lists_the_jobs(fake: FakeJob, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = attach("--headless", capsys=capsys)
     assert code == 0
@@ -349,6 +357,7 @@ def test_access_denied_is_said_as_another_users_process(
     assert "(sleep 30) belongs to alice: loadertop may not read another user's process" in err
 
 
+@pytest.mark.unit
 def test_pid_1_when_it_may_not_be_read(capsys: pytest.CaptureFixture[str]) -> None:
     try:
         psutil.Process(1).exe()
@@ -362,6 +371,7 @@ def test_pid_1_when_it_may_not_be_read(capsys: pytest.CaptureFixture[str]) -> No
     assert code == 2 and out == "" and err.count("\n") == 1 and "may not read" in err, err
 
 
+@pytest.mark.unit
 def test_the_jobs_gpus_are_those_running_its_pid(fake: FakeJob) -> None:
     """NVML through a fake pynvml (no GPU here): the job's GPUs are those listing its pid among their compute
     processes; the others are left out of the mean."""
@@ -379,6 +389,7 @@ def test_the_jobs_gpus_are_those_running_its_pid(fake: FakeJob) -> None:
     assert "shutdown" in state.calls  # close() shut NVML down
 
 
+@pytest.mark.unit
 def test_without_nvml_the_gpu_is_unavailable_with_a_reason(fake: FakeJob) -> None:
     state = FakeNvml(init_error=CODES["NVML_ERROR_DRIVER_NOT_LOADED"])
     with LiveSession(resolve(fake.pid), interval=0.2, gpu=GpuProbe(state.module())) as session:
@@ -416,6 +427,7 @@ def test_workers_of_each_start_method_are_found(method: str, tmp_path: Path, no_
         kill_tree(proc)
 
 
+@pytest.mark.unit
 def test_attach_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as done:
         main(["attach", "--bogus"])

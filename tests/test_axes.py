@@ -27,6 +27,7 @@ FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid")
 # -- the sweep space ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_zero_worker_combinations_are_measured_once_and_the_rest_skipped_with_a_reason() -> None:
     settings = Settings(
         workers=(0, 2),
@@ -51,6 +52,7 @@ def test_zero_worker_combinations_are_measured_once_and_the_rest_skipped_with_a_
     )
 
 
+@pytest.mark.unit
 def test_skipped_labels_read_differently_from_the_measured_zero_worker_trial() -> None:
     other = next(m for m in ("spawn", "forkserver", "fork") if m != default_start_method())
     settings = Settings(workers=(0,), prefetch_factors=(4,), start_methods=(other,))
@@ -62,6 +64,7 @@ def test_skipped_labels_read_differently_from_the_measured_zero_worker_trial() -
     assert zero_worker_conflicts(2, False, default_start_method(), True) == ""
 
 
+@pytest.mark.unit
 def test_new_settings_round_trip_and_snippet() -> None:
     settings = Settings(in_order=(True, False), consumer="train.py:step", ranks=4)
     assert Settings.from_dict(json.loads(json.dumps(settings.to_dict()))) == settings
@@ -79,6 +82,7 @@ def _settings(dataset: str, **kw: object) -> Settings:
     return Settings(dataset=dataset, **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_knobs_reach_the_dataloader() -> None:
     config = TrialConfig(2, 16, 3, True, True, "spawn", False)
     built = build_loader(_settings("synthetic:length=64,kb=1"), config)
@@ -90,6 +94,7 @@ def test_knobs_reach_the_dataloader() -> None:
     assert isinstance(loader.batch_sampler, BatchSampler) and not built.iterable
 
 
+@pytest.mark.unit
 def test_factory_samplers_are_kept_and_ranks_get_a_distributed_sampler() -> None:
     shuffled = _settings(f"{DATA}/collate_ds.py:build", dataset_args=(("length", "40"),))
     built = build_loader(shuffled, TrialConfig(0, 8))
@@ -104,6 +109,7 @@ def test_factory_samplers_are_kept_and_ranks_get_a_distributed_sampler() -> None
     assert iterable.iterable and iterable.control is None
 
 
+@pytest.mark.unit
 def test_epoch_control_ends_an_epoch_early_and_the_next_one_runs_in_full() -> None:
     control = EpochControl(RandomSampler(range(10), generator=torch.Generator().manual_seed(0)))
     first = iter(control)
@@ -113,6 +119,7 @@ def test_epoch_control_ends_an_epoch_early_and_the_next_one_runs_in_full() -> No
     assert sorted(control) == list(range(10)) and len(control) == 10
 
 
+@pytest.mark.unit
 def test_epoch_boundary_in_process_at_zero_workers() -> None:
     settings = _settings("synthetic:length=100000,kb=1,cpu_ms=0,io_ms=0", trial_seconds=0.3, block_seconds=0.05)
     config = TrialConfig(0, 8)

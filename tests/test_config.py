@@ -12,6 +12,8 @@ from loadertop.core.model.config import (
     parse_worker_counts,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize(
     ("spec", "expected"),

@@ -28,6 +28,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- imagefolder ---------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_image_folder_labels_by_folder_and_crops(images: Path) -> None:
     classes, samples = scan(images)
     assert classes == ["class_000", "class_001", "class_002"] and len(samples) == 36
@@ -40,6 +41,7 @@ def test_image_folder_labels_by_folder_and_crops(images: Path) -> None:
     assert x.dtype == torch.float32 and -3 < float(x.mean()) < 3  # normalised, not 0..255
 
 
+@pytest.mark.unit
 def test_image_folder_options_and_errors(images: Path, tmp_path: Path) -> None:
     ds, _ = load_dataset(f"imagefolder:{images}", {"size": "40"})
     assert ds.size == 40 and ds.resize == 46  # 40 × 256/224
@@ -104,6 +106,7 @@ def _stream(n_workers: int, shard: bool, batches: int, size: int = 4) -> list[to
     return out
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(("shard", "flagged"), [(False, True), (True, False)])
 def test_shard_check_by_sample_identity(shard: bool, flagged: bool) -> None:
     check = ShardCheck(num_workers=3)
@@ -115,6 +118,7 @@ def test_shard_check_by_sample_identity(shard: bool, flagged: bool) -> None:
         assert "3 workers yield the same samples" in verdict and "get_worker_info" in verdict
 
 
+@pytest.mark.unit
 def test_shard_check_says_nothing_for_constant_data_or_one_worker() -> None:
     constant = ShardCheck(num_workers=2)
     for _ in range(6):
@@ -126,6 +130,7 @@ def test_shard_check_says_nothing_for_constant_data_or_one_worker() -> None:
     assert one.verdict() is None
 
 
+@pytest.mark.unit
 def test_fingerprints_cover_every_part_of_a_sample() -> None:
     batch = {"x": torch.zeros(3, 2), "label": torch.tensor([1, 1, 2]), "ids": ["a", "b", "c"]}
     prints = sample_fingerprints(batch)

@@ -110,6 +110,7 @@ def test_runner_killed_mid_trial_fails_that_trial_its_processes_die_and_the_swee
     assert ok.status == "ok"  # a fresh runner took over
 
 
+@pytest.mark.unit
 def test_atomic_write_keeps_the_old_file_when_the_write_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "result.json"
     write_atomic(path, "old\n")
@@ -129,6 +130,7 @@ def trial_line(index: int) -> str:
     return json.dumps(TrialResult(index, TrialConfig(index, 32), "ok", samples_per_s=100.0 + index).to_dict())
 
 
+@pytest.mark.unit
 def test_a_torn_last_line_is_dropped_and_a_corrupt_middle_line_is_an_error(tmp_path: Path) -> None:
     log = tmp_path / TRIALS
     torn = trial_line(2)[:40]  # killed in the middle of the write

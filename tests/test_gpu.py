@@ -13,6 +13,8 @@ from loadertop.core.machine.gpu import MB, GpuProbe
 from loadertop.core.model.events import GpuSample
 from loadertop.core.model.results import GpuInfo
 
+pytestmark = pytest.mark.unit
+
 # The real pynvml codes, so the fake maps errors the way pynvml does.
 CODES = {
     "NVML_ERROR_UNINITIALIZED": 1,

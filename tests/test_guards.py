@@ -38,6 +38,7 @@ W0 = TrialConfig(0, 32)
 # -- the floor ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("text", "mb"),
     [("4GiB", 4096), ("512MiB", 512), ("2g", 2048), ("1.5G", 1536), ("256 MB", 256), ("10%", 2400), ("0", 0)],
@@ -46,18 +47,21 @@ def test_mem_floor_sizes_and_shares(text: str, mb: float) -> None:
     assert parse_mem_floor(text, total_mb=24000) == pytest.approx(mb)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("text", ["lots", "4", "-1GiB", "100%", "24000MiB", "4 parsecs"])
 def test_mem_floor_rejects_what_it_cannot_mean(text: str) -> None:
     with pytest.raises(UsageError, match="--mem-floor"):
         parse_mem_floor(text, total_mb=24000)
 
 
+@pytest.mark.unit
 def test_default_floor_is_the_larger_of_10_percent_and_2_gib_but_leaves_small_containers_room() -> None:
     assert parse_mem_floor("", 24000) == default_floor_mb(24000) == 2400
     assert default_floor_mb(16384) == 2048
     assert default_floor_mb(4096) == 1024  # a 4 GiB container keeps three quarters usable
 
 
+@pytest.mark.unit
 def test_cgroup_limit_is_the_tightest_along_our_cgroup(tmp_path: Path) -> None:
     root = tmp_path / "cgroup"
     (root / "job" / "step").mkdir(parents=True)
@@ -97,6 +101,7 @@ def world() -> Iterator[tuple[Scripted, MemoryGuard]]:
     guard.close()
 
 
+@pytest.mark.unit
 def test_guard_kills_when_free_memory_would_cross_the_floor_before_the_next_check(
     world: tuple[Scripted, MemoryGuard],
 ) -> None:
@@ -111,6 +116,7 @@ def test_guard_kills_when_free_memory_would_cross_the_floor_before_the_next_chec
     assert seen.describe().startswith("stopped by the memory guard: free memory 5,000 MiB, falling 20,000 MiB/s")
 
 
+@pytest.mark.unit
 def test_guard_lets_a_trial_run_near_the_floor_when_memory_is_steady(world: tuple[Scripted, MemoryGuard]) -> None:
     w, guard = world
     guard.arm(0, W2)
@@ -124,6 +130,7 @@ def test_guard_lets_a_trial_run_near_the_floor_when_memory_is_steady(world: tupl
     assert w.kills == 1  # once per trial
 
 
+@pytest.mark.unit
 def test_guard_predicts_from_peaks_and_skips_what_would_not_fit(world: tuple[Scripted, MemoryGuard]) -> None:
     w, guard = world
     assert guard.check_before(W6) is None  # nothing measured yet: nothing to predict from
@@ -139,6 +146,7 @@ def test_guard_predicts_from_peaks_and_skips_what_would_not_fit(world: tuple[Scr
     assert "already below the floor" in (guard.check_before(W0) or "")
 
 
+@pytest.mark.unit
 def test_after_a_stop_more_workers_are_skipped_and_fewer_are_predicted_from_what_it_took(
     world: tuple[Scripted, MemoryGuard],
 ) -> None:
@@ -154,6 +162,7 @@ def test_after_a_stop_more_workers_are_skipped_and_fewer_are_predicted_from_what
     assert need == pytest.approx(3 * 6100 / 4)
 
 
+@pytest.mark.unit
 def test_a_bigger_batch_or_prefetch_predicts_a_bigger_worker(world: tuple[Scripted, MemoryGuard]) -> None:
     _, guard = world
     guard.arm(0, W2)  # batch 32, prefetch 2: a worker holds 3 batches of 10 MiB
@@ -168,6 +177,7 @@ def test_a_bigger_batch_or_prefetch_predicts_a_bigger_worker(world: tuple[Script
     assert how == "main 210 MiB + 2 × 270 MiB per worker (70 + 5 batches of 40.0 MiB)"
 
 
+@pytest.mark.unit
 def test_with_ranks_the_prediction_counts_every_rank() -> None:
     w = Scripted(free=10_000)
     guard = MemoryGuard(4000, w.kill, read_free=lambda: w.free, clock=lambda: w.now, ranks=2)
@@ -179,6 +189,7 @@ def test_with_ranks_the_prediction_counts_every_rank() -> None:
     guard.close()
 
 
+@pytest.mark.unit
 def test_shm_and_open_file_messages() -> None:
     assert shm_problem(None) is None and shm_problem(8000) is None
     message = shm_problem(64) or ""

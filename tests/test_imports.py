@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import loadertop.core
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,6 +61,7 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in done.stdout
 
 
+@pytest.mark.unit
 def test_core_modules_found() -> None:
     assert "loadertop.core.engine.driver" in OWN_PROCESS and "loadertop.core.trial.runner" in CORE_MODULES
     assert len(OWN_PROCESS) >= 10

@@ -25,6 +25,7 @@ def feed(detector: LeakDetector, series: dict[int, list[float]], every_s: float 
     return t
 
 
+@pytest.mark.unit
 def test_fit_of_an_exact_line_has_no_error() -> None:
     fit = fit_slope([(t, 100 + 0.5 * t) for t in range(0, 60, 2)])
     assert fit is not None
@@ -33,6 +34,7 @@ def test_fit_of_an_exact_line_has_no_error() -> None:
     assert fit_slope([(0, 1), (1, 2)]) is None  # two points: no error estimate
 
 
+@pytest.mark.unit
 def test_growing_workers_warn_with_the_time_to_exhaust_memory() -> None:
     detector = LeakDetector(FAST)
     rng = random.Random(1)
@@ -48,6 +50,7 @@ def test_growing_workers_warn_with_the_time_to_exhaust_memory() -> None:
     assert "copy-on-read" in warning and "numpy arrays or tensors" in warning and "docs/attach.md" in warning
 
 
+@pytest.mark.unit
 def test_flat_worker_with_noise_never_warns() -> None:
     detector = LeakDetector(FAST)
     rng = random.Random(2)
@@ -58,6 +61,7 @@ def test_flat_worker_with_noise_never_warns() -> None:
     assert fit is not None and abs(fit.slope_mb_per_min) < 1
 
 
+@pytest.mark.unit
 def test_repeated_readings_are_not_fitted() -> None:
     """The probe repeats its last USS between full reads: a constant worker has one distinct reading, no slope."""
     detector = LeakDetector(FAST)
@@ -65,6 +69,7 @@ def test_repeated_readings_are_not_fitted() -> None:
     assert detector.fit(3) is None
 
 
+@pytest.mark.unit
 def test_a_one_time_step_is_not_a_leak() -> None:
     """A worker that fills a cache once (+60 MB in one step) then stays flat does not warn."""
     detector = LeakDetector(FAST)
@@ -75,6 +80,7 @@ def test_a_one_time_step_is_not_a_leak() -> None:
         assert detector.warning(1000) is None, f"warned at reading {i}"
 
 
+@pytest.mark.unit
 def test_restarted_workers_start_a_new_window() -> None:
     detector = LeakDetector(FAST)
     end = feed(detector, {1: [100 + i for i in range(60)], 2: [100 + i for i in range(60)]})
@@ -86,12 +92,14 @@ def test_restarted_workers_start_a_new_window() -> None:
     assert detector.warning(1000) is None
 
 
+@pytest.mark.unit
 def test_warmup_readings_are_ignored() -> None:
     detector = LeakDetector(LeakConfig(warmup_s=20.0))
     feed(detector, {1: [100 + 5 * i for i in range(10)]})  # 18 s of start-up growth, then nothing
     assert detector.fit(1) is None
 
 
+@pytest.mark.heavy
 def test_false_alarms_over_1000_flat_noisy_workers() -> None:
     """1,000 seeded flat workers, 10 min each read every 2 s with Gaussian noise and rare allocator jumps
     (+-4 MB that come back): asked after every 10th reading, the detector never warns."""
@@ -110,6 +118,7 @@ def test_false_alarms_over_1000_flat_noisy_workers() -> None:
     assert alarms == 0
 
 
+@pytest.mark.unit
 def test_wording() -> None:
     assert duration_text(40) == "40 s"
     assert duration_text(25 * 60) == "25 min"

@@ -65,12 +65,14 @@ def eight_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
 # -- CPU -----------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_v2_quota_rounds_up_and_caps_affinity(tmp_path: Path, proc_root: Path, eight_cpus: None) -> None:
     root = v2_tree(tmp_path / "cg", cpu_max="150000 100000")
     assert cpu_quota(root, proc_root) == pytest.approx(1.5)
     assert usable_cpus(root, proc_root) == 2
 
 
+@pytest.mark.unit
 def test_v2_quota_above_affinity_leaves_affinity(
     tmp_path: Path, proc_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -80,30 +82,35 @@ def test_v2_quota_above_affinity_leaves_affinity(
     assert usable_cpus(root, proc_root) == 1
 
 
+@pytest.mark.unit
 def test_v2_max_is_unlimited(tmp_path: Path, proc_root: Path, eight_cpus: None) -> None:
     root = v2_tree(tmp_path / "cg", cpu_max="max 100000")
     assert cpu_quota(root, proc_root) is None
     assert usable_cpus(root, proc_root) == 8
 
 
+@pytest.mark.unit
 def test_tiny_quota_still_gives_one_cpu(tmp_path: Path, proc_root: Path, eight_cpus: None) -> None:
     root = v2_tree(tmp_path / "cg", cpu_max="10000 100000")
     assert cpu_quota(root, proc_root) == pytest.approx(0.1)
     assert usable_cpus(root, proc_root) == 1
 
 
+@pytest.mark.unit
 def test_v1_quota(tmp_path: Path, proc_root: Path, eight_cpus: None) -> None:
     root = v1_tree(tmp_path / "cg", quota=250_000, period=100_000)
     assert cpu_quota(root, proc_root) == pytest.approx(2.5)
     assert usable_cpus(root, proc_root) == 3
 
 
+@pytest.mark.unit
 def test_v1_unlimited(tmp_path: Path, proc_root: Path, eight_cpus: None) -> None:
     root = v1_tree(tmp_path / "cg", quota=-1)
     assert cpu_quota(root, proc_root) is None
     assert usable_cpus(root, proc_root) == 8
 
 
+@pytest.mark.unit
 def test_missing_or_garbage_cgroup_files(tmp_path: Path, proc_root: Path, eight_cpus: None) -> None:
     assert cpu_quota(tmp_path / "nothing", proc_root) is None
     assert usable_cpus(tmp_path / "nothing", proc_root) == 8
@@ -112,6 +119,7 @@ def test_missing_or_garbage_cgroup_files(tmp_path: Path, proc_root: Path, eight_
     assert cgroup_memory_headroom_mb(tmp_path / "nothing", proc_root) is None
 
 
+@pytest.mark.unit
 def test_nested_cgroup_takes_tightest_ancestor(tmp_path: Path, eight_cpus: None) -> None:
     """Without a cgroup namespace (SLURM, systemd) our limits live in our own cgroup or any ancestor."""
     root = v2_tree(tmp_path / "cg", cpu_max="max 100000")
@@ -128,6 +136,7 @@ def test_nested_cgroup_takes_tightest_ancestor(tmp_path: Path, eight_cpus: None)
     assert cgroup_memory_headroom_mb(root, proc) == pytest.approx(24.0)
 
 
+@pytest.mark.unit
 def test_own_cgroup_missing_falls_back_to_root(tmp_path: Path) -> None:
     root = v2_tree(tmp_path / "cg", cpu_max="200000 100000")
     proc = tmp_path / "proc_self_cgroup"
@@ -138,31 +147,37 @@ def test_own_cgroup_missing_falls_back_to_root(tmp_path: Path) -> None:
 # -- memory --------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_v2_memory_headroom(tmp_path: Path, proc_root: Path) -> None:
     root = v2_tree(tmp_path / "cg", mem_max=str(8192 * MB), mem_current=3072 * MB)
     assert cgroup_memory_headroom_mb(root, proc_root) == pytest.approx(5120.0)
 
 
+@pytest.mark.unit
 def test_v2_memory_unlimited(tmp_path: Path, proc_root: Path) -> None:
     root = v2_tree(tmp_path / "cg", mem_max="max", mem_current=3072 * MB)
     assert cgroup_memory_headroom_mb(root, proc_root) is None
 
 
+@pytest.mark.unit
 def test_memory_over_limit_clamps_to_zero(tmp_path: Path, proc_root: Path) -> None:
     root = v2_tree(tmp_path / "cg", mem_max=str(100 * MB), mem_current=101 * MB)
     assert cgroup_memory_headroom_mb(root, proc_root) == 0.0
 
 
+@pytest.mark.unit
 def test_v1_memory_headroom(tmp_path: Path, proc_root: Path) -> None:
     root = v1_tree(tmp_path / "cg", limit=str(2048 * MB), usage=512 * MB)
     assert cgroup_memory_headroom_mb(root, proc_root) == pytest.approx(1536.0)
 
 
+@pytest.mark.unit
 def test_v1_memory_absurd_limit_is_unlimited(tmp_path: Path, proc_root: Path) -> None:
     root = v1_tree(tmp_path / "cg", limit=V1_UNLIMITED, usage=512 * MB)
     assert cgroup_memory_headroom_mb(root, proc_root) is None
 
 
+@pytest.mark.unit
 def test_v1_nested_memory_cgroup(tmp_path: Path) -> None:
     root = v1_tree(tmp_path / "cg")
     write(root / "memory" / "box" / "memory.limit_in_bytes", str(1024 * MB))
@@ -172,6 +187,7 @@ def test_v1_nested_memory_cgroup(tmp_path: Path) -> None:
     assert cgroup_memory_headroom_mb(root, proc) == pytest.approx(1000.0)
 
 
+@pytest.mark.unit
 def test_shm_and_mem_available(tmp_path: Path) -> None:
     free = shm_free_mb(tmp_path)
     assert free is not None and free > 0
@@ -203,6 +219,7 @@ def test_machine_info_fills_every_field(tmp_path: Path, proc_root: Path, eight_c
     assert info.summary()
 
 
+@pytest.mark.unit
 def test_torch_version_without_importing_torch(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 

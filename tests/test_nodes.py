@@ -135,7 +135,6 @@ def test_another_loadertop_version_is_refused(nodes: Nodes, tmp_path: Path) -> N
     assert_nothing_left(nodes)
 
 
-@pytest.mark.slow  # ~4 s, kept out of the default run for time
 def test_a_node_that_fails_its_own_checks_leaves_at_once(nodes: Nodes) -> None:
     nodes.bare(0, ARGS, pieces(nodes, 0))
     nodes.bare(1, [*ARGS, "--compare", str(nodes.folder / "no-such-run")], pieces(nodes, 1))
@@ -163,7 +162,6 @@ def test_node_0_lost_stops_the_other_two(nodes: Nodes) -> None:
     assert_nothing_left(nodes)
 
 
-@pytest.mark.slow
 def test_three_nodes_by_hand(nodes: Nodes, tmp_path: Path) -> None:
     result = tmp_path / "result.json"
     for rank in (2, 1, 0):

@@ -13,6 +13,8 @@ from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, UsageError
 from loadertop.core.trial.world import global_rank, set_rank_environ
 
+pytestmark = pytest.mark.unit
+
 # What torchrun --nnodes 2 --nproc-per-node 1 --node-rank 1 gives its worker (read from a real launch).
 TORCHRUN_NODE_1 = {
     "RANK": "1", "GROUP_RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2",

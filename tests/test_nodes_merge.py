@@ -13,6 +13,8 @@ from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import TrialResult
 
+pytestmark = pytest.mark.unit
+
 CONFIG = TrialConfig(num_workers=4, batch_size=32, prefetch_factor=2)
 
 

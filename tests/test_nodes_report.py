@@ -12,6 +12,8 @@ import io
 import json
 from pathlib import Path
 
+import pytest
+
 from loadertop.core.engine import build_report
 from loadertop.core.engine.export import markdown, write_csv
 from loadertop.core.engine.nodes_merge import merge_nodes
@@ -19,6 +21,8 @@ from loadertop.core.engine.outcome import conclude
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import SweepResult, TrialResult
 from loadertop.headless import Reporter, trial_line
+
+pytestmark = pytest.mark.unit
 
 DATA = Path(__file__).parent / "data"
 ONE_NODE = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))

@@ -54,7 +54,6 @@ def agent(rank: int, port: int, url: str, folder: Path, jobs: str) -> subprocess
 
 
 # ~12 s, out of the default run: the cap is tested in test_shard_server.py, two agents in test_nodes.py
-@pytest.mark.slow
 def test_two_nodes_on_one_capped_store(tmp_path: Path) -> None:
     make_shards(tmp_path / "store", 16, FILE)
     # a short jobs folder: Unix socket paths are limited to 107 bytes

@@ -52,7 +52,6 @@ async def test_q_on_node_0s_tui_stops_every_node(nodes: Nodes, runs: Path) -> No
 
 
 @sync
-@pytest.mark.slow  # ~8 s; node 1 lost mid-trial is in the default run on the CLI (test_nodes.py)
 async def test_node_1_lost_fails_the_trial_in_node_0s_tui(nodes: Nodes, runs: Path) -> None:
     args = [*ARGS, "--trial-seconds", "30"]
     nodes.bare(1, args, pieces(nodes, 1))
@@ -73,6 +72,7 @@ async def test_node_1_lost_fails_the_trial_in_node_0s_tui(nodes: Nodes, runs: Pa
     assert_nothing_left(nodes)
 
 
+@pytest.mark.tui
 def test_a_rerun_after_the_many_node_sweep_measures_this_node_whole(runs: Path) -> None:
     link = object()  # only handed on: the first sweep takes it, a later `r` runs without it
     make = engine_factory(runs, (), nodes=link)  # type: ignore[arg-type]

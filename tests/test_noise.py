@@ -12,6 +12,8 @@ from test_analysis import SATURATING, SETTINGS, curve, machine, trial
 from loadertop.core.engine.analysis import analyze
 from loadertop.core.engine.band import Noise
 
+pytestmark = pytest.mark.unit
+
 
 def test_run_to_run_disagreement_widens_the_band_and_repeats_narrow_it():
     # Settled runs (±2% each) of 8 workers that disagree by 20%: the runs' own spread hides that noise.

@@ -16,6 +16,8 @@ from loadertop.core.engine.search import make_planner
 from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, UsageError, adaptive_cap, auto_workers
 
+pytestmark = pytest.mark.unit
+
 ApiSettings = Callable[..., Settings]
 
 

@@ -171,6 +171,7 @@ def test_main_process_gone(spawn: Spawn) -> None:
     assert sample.rss_mb is None and sample.total_pss_mb is None and sample.cpu_percent == 0.0
 
 
+@pytest.mark.unit
 def test_between_trials() -> None:
     probes = Probes(emit=lambda s: None, gpu=no_gpu())
     probes.watch(2, os.getpid(), [])
@@ -181,6 +182,7 @@ def test_between_trials() -> None:
     assert sample.mem_available_mb > 0
 
 
+@pytest.mark.unit
 def test_nonexistent_pid_is_skipped() -> None:
     probes = Probes(emit=lambda s: None, gpu=no_gpu())
     probes.watch(0, 2**22 + 12345, [2**22 + 12346])  # above any pid_max default
@@ -200,6 +202,7 @@ def test_cpu_percent_of_a_busy_worker() -> None:
         busy.wait(timeout=30)
 
 
+@pytest.mark.unit
 def test_fake_gpu_flows_into_samples() -> None:
     probes = Probes(emit=lambda s: None, gpu=fake_gpus([10, 90]))
     sample = probes.sample_once()
@@ -210,6 +213,7 @@ def test_fake_gpu_flows_into_samples() -> None:
     )
 
 
+@pytest.mark.unit
 def test_fake_cgroup_and_shm_paths(tmp_path: Path) -> None:
     (tmp_path / "cg").mkdir()
     (tmp_path / "cg" / "cgroup.controllers").write_text("memory\n")
@@ -228,6 +232,7 @@ def test_fake_cgroup_and_shm_paths(tmp_path: Path) -> None:
 # -- the thread -------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_thread_emits_and_stops_promptly() -> None:
     got: list[ProbeSample] = []
     probes = Probes(emit=got.append, gpu=no_gpu(), interval=0.02)
@@ -245,6 +250,7 @@ def test_thread_emits_and_stops_promptly() -> None:
     assert len(got) == n  # nothing after stop
 
 
+@pytest.mark.unit
 def test_stop_does_not_wait_for_the_interval() -> None:
     got: list[ProbeSample] = []
     probes = Probes(emit=got.append, gpu=no_gpu(), interval=60.0)
@@ -256,6 +262,7 @@ def test_stop_does_not_wait_for_the_interval() -> None:
     assert len(got) == 1
 
 
+@pytest.mark.unit
 def test_emit_errors_are_logged_and_the_thread_goes_on(caplog: pytest.LogCaptureFixture) -> None:
     calls: list[ProbeSample] = []
 
@@ -365,6 +372,7 @@ def sample(t: float, workers: tuple[WorkerSample, ...] = (), **kw: Any) -> Probe
     return ProbeSample(**base)
 
 
+@pytest.mark.unit
 def test_summarize_linear_uss_growth() -> None:
     # Ticks every 0.5 s; USS re-read every 2 s (carried in between). Worker 11 grows 1 MB per 2 s = 30 MB/min,
     # worker 12 is flat, worker 13 never got a USS reading, worker 14 is not part of this trial.
@@ -397,6 +405,7 @@ def test_summarize_linear_uss_growth() -> None:
     assert stats.mem_available_min_mb == pytest.approx(10_000.0)
 
 
+@pytest.mark.unit
 def test_summarize_keeps_the_most_processes_seen_beside() -> None:
     worker = WorkerSample(pid=5, rss_mb=10.0, cpu_percent=0.0, uss_mb=42.0)
     stats = summarize_window([sample(1.0, (worker,), beside=None), sample(1.5, (worker,), beside=9)], [5])
@@ -405,6 +414,7 @@ def test_summarize_keeps_the_most_processes_seen_beside() -> None:
     assert summarize_window([sample(1.0, (worker,))], [5]).parked_beside == 0  # never read: none counted
 
 
+@pytest.mark.unit
 def test_pss_is_the_whole_pools_while_workers_restart() -> None:
     # Short epochs: between the old workers' exit and the new ones' report, the ticks see the main process alone
     # (PSS 25 MB) for most of the window; the 8-worker pool read 180 MB.
@@ -415,6 +425,7 @@ def test_pss_is_the_whole_pools_while_workers_restart() -> None:
     assert summarize_window(samples, range(8)).total_pss_mb == pytest.approx(180.0)
 
 
+@pytest.mark.unit
 def test_per_worker_figures_fall_back_to_the_last_workers_read() -> None:
     # Short epochs: the workers reported last (3, 4) started after the window's last USS reading; the row showed
     # no USS at all. The last workers read (1, 2) stand for the pool.
@@ -424,6 +435,7 @@ def test_per_worker_figures_fall_back_to_the_last_workers_read() -> None:
     assert summarize_window([sample(0.0, old)], [2, 9]).worker_pids == (2,)  # the latest, where read
 
 
+@pytest.mark.unit
 def test_summarize_gpus_and_missing_values() -> None:
     samples = [
         sample(0.0, gpus=(GpuSample(0, 20.0, 1000.0), GpuSample(1, 40.0, 3000.0)), main_cpu_percent=None),
@@ -439,6 +451,7 @@ def test_summarize_gpus_and_missing_values() -> None:
     assert stats.mem_available_min_mb == pytest.approx(5000.0)
 
 
+@pytest.mark.unit
 def test_summarize_empty() -> None:
     stats = summarize_window([], [1, 2])
     assert stats.samples == 0

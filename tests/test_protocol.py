@@ -80,6 +80,7 @@ EXAMPLES: list[Message] = [
 ]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
 def test_every_example_round_trips_as_one_tagged_json_line(message: Message) -> None:
     line = encode(message)
@@ -88,6 +89,7 @@ def test_every_example_round_trips_as_one_tagged_json_line(message: Message) -> 
     assert decode(line) == message and decode(line.encode()) == message
 
 
+@pytest.mark.unit
 def test_the_examples_cover_every_kind_and_the_tags_are_unique() -> None:
     assert {type(m) for m in EXAMPLES} == set(KINDS)
     assert len({kind.TYPE for kind in KINDS}) == len(KINDS)
@@ -138,6 +140,7 @@ def _message(kind: type) -> st.SearchStrategy[Message]:
     return st.builds(kind, **fields)
 
 
+@pytest.mark.unit
 @settings(max_examples=300, deadline=None)
 @given(st.sampled_from(KINDS).flatmap(_message))
 def test_any_message_of_any_kind_round_trips(message: Message) -> None:
@@ -147,6 +150,7 @@ def test_any_message_of_any_kind_round_trips(message: Message) -> None:
 # -- bad lines ------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("line", "says"),
     [
@@ -168,11 +172,13 @@ def test_a_bad_line_is_refused_with_what_is_wrong(line: str, says: str) -> None:
     assert says in str(refused.value)
 
 
+@pytest.mark.unit
 def test_a_missing_field_is_named() -> None:
     with pytest.raises(ProtocolError, match=r"forked: .*missing 1 required positional argument: 'pid'"):
         decode('{"type": "forked", "index": 1}')
 
 
+@pytest.mark.unit
 def test_a_ready_of_another_version_is_refused_before_its_fields_are_read() -> None:
     line = json.dumps({"type": "ready", "version": PROTOCOL_VERSION + 1, "pid": 1, "features": ["new"]})
     with pytest.raises(ProtocolError, match=f"protocol version {PROTOCOL_VERSION + 1}, this loadertop speaks 1"):
@@ -207,6 +213,7 @@ def test_the_driver_takes_a_runner_that_says_ready_in_its_version(tmp_path: Path
 # -- the ceiling path and the per-trial watch read the same types ----------------------------------------------------
 
 
+@pytest.mark.unit
 def test_ceilings_are_read_from_decoded_messages_and_a_failure_leaves_its_reason() -> None:
     sent: list[Request] = []
     lines = iter(
@@ -256,6 +263,7 @@ def _watch(messages: list[Reply]) -> tuple[TrialWatch, FakeHost, list[Event]]:
     return watch, host, events
 
 
+@pytest.mark.unit
 def test_a_trial_is_followed_from_its_fork_and_its_result_is_built_from_finished() -> None:
     watch, host, events = _watch(
         [
@@ -279,6 +287,7 @@ def test_a_trial_is_followed_from_its_fork_and_its_result_is_built_from_finished
     assert result.rank_samples_per_s == (330.0, 310.0) and result.warnings == ("same samples",)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("messages", "error"),
     [
@@ -293,6 +302,7 @@ def test_a_trial_without_finished_fails_with_the_most_telling_reason(messages: l
     assert result.status == "failed" and (result.error or "").startswith(error)
 
 
+@pytest.mark.unit
 def test_a_silent_trial_is_hung_once_and_a_paused_one_is_not() -> None:
     watch, _, _ = _watch([Forked(2, 100), Workers((101,))])
     assert not watch.hung(60.0)

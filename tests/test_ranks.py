@@ -20,6 +20,7 @@ DATA = Path(__file__).parent / "data"
 FAST = dict(trial_seconds=1.5, block_seconds=0.1, interval=0.2, search="grid", start_methods=("fork",))
 
 
+@pytest.mark.unit
 def test_rule_of_thumb_and_process_count() -> None:
     assert rule_of_thumb(64, 8) == 6.0 and rule_of_thumb(256, 1) == 16.0 and rule_of_thumb(2, 2) == 0.75
     assert processes(3, 2) == 8
@@ -29,6 +30,7 @@ def test_rule_of_thumb_and_process_count() -> None:
     assert "matches" in ranks_note(workers=6, ranks=8, usable_cpus=64)
 
 
+@pytest.mark.unit
 def test_aggregate_sums_rates_and_keeps_the_worst_of_the_rest() -> None:
     one = Finished(batches_per_s=10.0, samples_per_s=320.0, spread=0.02, first_batch_s=0.5, stall_fraction=0.9,
                    blocks=7, measured_s=2.0, warmup_batches=4, stable=True, warnings=("w",))  # fmt: skip
@@ -41,6 +43,7 @@ def test_aggregate_sums_rates_and_keeps_the_worst_of_the_rest() -> None:
     assert node.ranks == 2 and node.rank_samples_per_s == (320.0, 300.0) and node.warnings == ("w",)
 
 
+@pytest.mark.unit
 def test_trial_reason_names_the_ranks_and_processes() -> None:
     trial = TrialResult(0, TrialConfig(2, 32, 2), "ok", reason="CPU-bound", rank_samples_per_s=(300.0, 280.0))
     assert with_notes(trial, ranks=2, usable_cpus=4).reason == (
@@ -95,6 +98,7 @@ def test_cancel_mid_trial_takes_every_rank_and_worker(runs: Path, no_leftovers: 
     assert sweep.result is not None and sweep.result.interrupted
 
 
+@pytest.mark.unit
 def test_uneven_ranks_are_named_with_the_lockstep_rate() -> None:
     trial = TrialResult(0, TrialConfig(1, 32, 2), "ok", reason="loader-bound", rank_samples_per_s=(227.0, 347.0))
     assert with_notes(trial, ranks=2, usable_cpus=2).reason.endswith(

@@ -51,6 +51,7 @@ def by_runs(report: Report) -> dict[str, TrialConfig]:
 # -- the report against the recorded data ------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_the_recording_has_what_the_faces_disagreed_on() -> None:
     configs = [t.config for t in RESULT.trials]
     assert len(configs) > len(set(configs))  # repeats: per trial and per configuration differ
@@ -60,6 +61,7 @@ def test_the_recording_has_what_the_faces_disagreed_on() -> None:
                for t in RESULT.trials if t.worker_uss_mb)  # fmt: skip
 
 
+@pytest.mark.unit
 def test_one_row_per_configuration_with_the_mean_the_recommendation_quotes() -> None:
     report = build_report(RESULT)
     assert len(report.rows) == len({t.config for t in RESULT.trials})
@@ -78,6 +80,7 @@ def test_one_row_per_configuration_with_the_mean_the_recommendation_quotes() -> 
     assert workers == sorted(workers)  # one curve here: the rows go by worker count, whatever order they ran in
 
 
+@pytest.mark.unit
 def test_the_knee_is_marked_once_on_the_recommended_curve() -> None:
     report = build_report(RESULT)
     knee, rec = RESULT.knee, RESULT.recommendation
@@ -99,6 +102,7 @@ def with_equivalents() -> SweepResult:
     return judged.result
 
 
+@pytest.mark.unit
 def test_the_equivalence_set_is_marked_and_kept_in_the_json() -> None:
     result = with_equivalents()
     rec = result.recommendation
@@ -122,6 +126,7 @@ def test_the_equivalence_set_is_marked_and_kept_in_the_json() -> None:
     assert f"Within noise of the best (≈): {labels} (a close call)" in out.getvalue()
 
 
+@pytest.mark.unit
 def test_the_csv_marks_the_equivalence_set(tmp_path: Path) -> None:
     result = with_equivalents()
     rec = result.recommendation
@@ -133,6 +138,7 @@ def test_the_csv_marks_the_equivalence_set(tmp_path: Path) -> None:
     assert marked == [str(c.num_workers) for c in rec.equivalent if c != rec.config]
 
 
+@pytest.mark.unit
 def test_change_is_against_the_same_configuration_in_the_previous_run() -> None:
     report = build_report(RESULT, PREVIOUS)
     old = {t.config: t.samples_per_s for t in PREVIOUS.trials if t.status == "ok"}
@@ -146,6 +152,7 @@ def test_change_is_against_the_same_configuration_in_the_previous_run() -> None:
     assert build_report(RESULT).cells(report.rows[0])["change"] == ""  # nothing to compare with
 
 
+@pytest.mark.unit
 def test_one_percent_and_one_number_format() -> None:
     assert [pct(x) for x in (0.05, 0.0501, 0.008, 0.0214, 0.512, 1.0, None)] == [
         "5%", "5%", "0.8%", "2.1%", "51%", "100%", "–",
@@ -175,6 +182,7 @@ def assert_same(face: str, rows: list[dict[str, str]], configs: Sequence[TrialCo
         assert {k: cells[k] for k in FIGURES} == want[config], f"{face}: {config.label()}"
 
 
+@pytest.mark.unit
 def test_headless_table() -> None:
     out = io.StringIO()
     Reporter(out, io.StringIO(), PREVIOUS).summary(RESULT)
@@ -183,12 +191,14 @@ def test_headless_table() -> None:
     assert_same("headless", rows, [names[r["runs"]] for r in rows])
 
 
+@pytest.mark.unit
 def test_markdown() -> None:
     rows = list(text_rows(markdown(RESULT, PREVIOUS).splitlines(), "|"))
     names = by_runs(build_report(RESULT, PREVIOUS))
     assert_same("markdown", rows, [names[r["runs"]] for r in rows])
 
 
+@pytest.mark.unit
 def test_csv(tmp_path: Path) -> None:
     write_csv(RESULT, tmp_path / "out.csv", PREVIOUS)
     lines = list(csv.DictReader((tmp_path / "out.csv").open()))
@@ -241,6 +251,7 @@ class ReplayFactory(FakeSweepFactory):
         return self.sweeps[-1]
 
 
+@pytest.mark.tui
 @sync
 async def test_tui_results_table(tmp_path: Path) -> None:
     app = make_app(RESULT.settings, sweep_factory=ReplayFactory(tmp_path), previous=PREVIOUS)
@@ -253,6 +264,7 @@ async def test_tui_results_table(tmp_path: Path) -> None:
         assert_same("tui", rows, table.configs)
 
 
+@pytest.mark.tui
 def test_tui_mid_sweep_shows_a_finalist_as_the_mean_of_its_runs() -> None:
     state = SweepState()
     sweep = ReplaySweep(RESULT.settings, None, None, machine=RESULT.machine, run_dir=Path("/nowhere"))
@@ -269,6 +281,7 @@ def test_tui_mid_sweep_shows_a_finalist_as_the_mean_of_its_runs() -> None:
 # -- headless exit codes -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_a_failed_export_says_which_file_and_why(tmp_path: Path) -> None:
     err = io.StringIO()
     missing = tmp_path / "gone" / "out.json"
@@ -289,6 +302,7 @@ def test_a_failed_export_exits_1_and_the_run_folder_keeps_every_trial(tmp_path: 
     assert len((run_dir / "trials.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.tui
 @sync
 async def test_tui_marks_the_equivalence_set(tmp_path: Path) -> None:
     result = with_equivalents()

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import pytest
+
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.outcome import conclude
 from loadertop.core.engine.rerun import Evidence, fold_rerun, merge_ceilings, merge_trials
@@ -93,12 +95,14 @@ def test_a_real_row_rerun_keeps_the_whole_picture_and_judges_every_row(runs: Pat
     assert SweepResult.from_dict(result.to_dict()) == result
 
 
+@pytest.mark.unit
 def test_a_plain_previous_is_only_a_baseline() -> None:
     only = [by_workers()[1]]
     assert make_planner(SETTINGS, only).reruns_rows
     assert not make_planner(SETTINGS).reruns_rows and not make_planner(SETTINGS, []).reruns_rows
 
 
+@pytest.mark.unit
 def test_merge_puts_rerun_runs_in_place_and_renumbers() -> None:
     c = by_workers()
     previous = [
@@ -115,6 +119,7 @@ def test_merge_puts_rerun_runs_in_place_and_renumbers() -> None:
     assert merge_trials(previous, []) == previous  # a rerun cancelled before any trial ended changes nothing
 
 
+@pytest.mark.unit
 def test_merge_ceilings_prefers_fresh_measured_ones() -> None:
     old = (Ceiling(32, 100.0, "old"), Ceiling(64, None, "not measured"), Ceiling(128, 300.0, "old"))
     fresh = (Ceiling(32, None, "not measured (boom)"), Ceiling(64, 210.0, "fresh"), Ceiling(256, None, "no work"))
@@ -127,6 +132,7 @@ def test_merge_ceilings_prefers_fresh_measured_ones() -> None:
     assert merge_ceilings((), fresh) == fresh
 
 
+@pytest.mark.unit
 def test_fold_keeps_the_previous_settings_and_trace_and_knows_the_dataset() -> None:
     prev = dataclasses.replace(previous_result(), iterable=True)
     tighter = dataclasses.replace(SETTINGS, trial_seconds=9.0)
@@ -138,6 +144,7 @@ def test_fold_keeps_the_previous_settings_and_trace_and_knows_the_dataset() -> N
     assert len(folded.trials) == 4 and folded.trials[1].samples_per_s == 1.0
 
 
+@pytest.mark.unit
 def test_conclude_with_rerun_of_judges_the_whole_table() -> None:
     prev = previous_result()
     slow = recorded_trial(0, by_workers()[0], 5.0)

@@ -99,6 +99,7 @@ def io_bound(config: TrialConfig, run: int) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------ the climb
 
 
+@pytest.mark.unit
 def test_cpu_bound_climbs_the_ladder_then_bisects_down_to_the_wall_and_repeats_finalists():
     planner = AdaptivePlanner(settings())
     trials = drive(planner, cpu_bound)
@@ -121,6 +122,7 @@ def test_cpu_bound_climbs_the_ladder_then_bisects_down_to_the_wall_and_repeats_f
     assert "less than the 5% noise band" in stop.message
 
 
+@pytest.mark.unit
 def test_io_bound_climbs_past_the_cores_to_the_top_and_bisects_below():
     planner = AdaptivePlanner(settings())
     trials = drive(planner, io_bound)
@@ -136,6 +138,7 @@ def test_io_bound_climbs_past_the_cores_to_the_top_and_bisects_below():
     assert len(set(counts)) <= 11
 
 
+@pytest.mark.unit
 def test_flat_curve_stops_at_once_and_says_there_is_no_clear_knee():
     planner = AdaptivePlanner(settings())
     trials = drive(planner, lambda c, run: 320.0 - (4.0 if c.num_workers == 0 else 0.0))
@@ -148,6 +151,7 @@ def test_flat_curve_stops_at_once_and_says_there_is_no_clear_knee():
     assert rec is not None and rec.config.num_workers == 0
 
 
+@pytest.mark.unit
 def test_a_rung_within_noise_of_the_ceiling_stops_the_climb():
     planner = AdaptivePlanner(settings())
     ceilings = (Ceiling(32, 500.0, "consumer alone"),)
@@ -157,6 +161,7 @@ def test_a_rung_within_noise_of_the_ceiling_stops_the_climb():
     assert "within noise of the 500 samples/s ceiling (96%)" in stop.message
 
 
+@pytest.mark.unit
 def test_a_guard_or_failure_stops_the_climb_and_nothing_above_it_is_tried():
     def guarded(config: TrialConfig, run: int) -> dict[str, Any] | float:
         if config.num_workers >= 8:
@@ -174,6 +179,7 @@ def test_a_guard_or_failure_stops_the_climb_and_nothing_above_it_is_tried():
     assert "8 workers skipped (memory guard" in stop.message and "a guard or fault says no" in stop.message
 
 
+@pytest.mark.unit
 def test_memory_budget_caps_the_ladder():
     def heavy(config: TrialConfig, run: int) -> dict[str, Any]:
         n = config.num_workers
@@ -190,6 +196,7 @@ def test_memory_budget_caps_the_ladder():
     assert any("memory budget" in s.message for s in planner.trace)
 
 
+@pytest.mark.unit
 def test_usl_moves_the_next_rung_to_its_predicted_peak():
     lam, alpha, beta = 100.0, 0.02, 0.03  # N* = sqrt(0.98 / 0.03) = 5.7
 
@@ -206,6 +213,7 @@ def test_usl_moves_the_next_rung_to_its_predicted_peak():
     assert planner.usl is not None and planner.usl.peak_workers == pytest.approx(5.7, abs=0.1)
 
 
+@pytest.mark.unit
 def test_a_trusted_fit_past_its_peak_stops_the_climb():
     # Issue 12: a USL fit with R² = 1.00 put the peak at 15.6 workers, 16 had been measured, and the climb still
     # went on to 32 and (32 never settling) to 64, the dearest trials of the sweep. λ=100, α=0.02, β=0.004: N*=15.65.
@@ -221,6 +229,7 @@ def test_a_trusted_fit_past_its_peak_stops_the_climb():
     assert "puts the peak at N*=15.7, at or below 16 workers" in stop.message
 
 
+@pytest.mark.unit
 def test_a_peak_between_the_best_rung_and_a_slower_one_above_is_found():
     # The image pipeline on 2 cores, as measured: 2 workers 386/s, 3 workers 404/s, 4 workers 345/s. The ladder
     # 0, 1, 2, 4 skips 3; 4 is slower beyond the noise, so the peak lies between 2 and 4.
@@ -236,6 +245,7 @@ def test_a_peak_between_the_best_rung_and_a_slower_one_above_is_found():
     assert [s.config for s in refine] == [trials[4].config.label()]
 
 
+@pytest.mark.unit
 def test_a_flat_rung_above_the_best_is_not_bisected():
     # 4 workers within noise of 2: nothing between them can beat 2 by more than the noise.
     measured = {0: 200.0, 1: 250.0, 2: 480.0, 4: 470.0}
@@ -244,6 +254,7 @@ def test_a_flat_rung_above_the_best_is_not_bisected():
     assert 3 not in counts
 
 
+@pytest.mark.unit
 def test_first_value_of_other_knobs_climbs_then_other_knobs_are_tried_at_the_choice():
     planner = AdaptivePlanner(settings(batch_sizes=(32, 64), pin_memory=(False, True)))
 
@@ -265,6 +276,7 @@ def test_first_value_of_other_knobs_climbs_then_other_knobs_are_tried_at_the_cho
     assert any(s.phase == "knobs" and "now the choice" in s.message for s in planner.trace)
 
 
+@pytest.mark.unit
 def test_an_unsettled_plateau_gets_one_more_rung_before_the_climb_stops():
     def noisy(config: TrialConfig, run: int) -> dict[str, Any]:
         got = cpu_bound(config, run)
@@ -279,6 +291,7 @@ def test_an_unsettled_plateau_gets_one_more_rung_before_the_climb_stops():
     assert any("never settled" in s.message for s in planner.trace)
 
 
+@pytest.mark.unit
 def test_a_steady_rung_short_of_blocks_past_a_trusted_peak_gets_no_extra_rung():
     # Seen on a real contended curve with short trials: 20 workers read steadily (±0%) but over one block only, so
     # "unsettled"; the extra rung went to 40 workers, the top of the range, though the fit put the peak at 20.
@@ -293,6 +306,7 @@ def test_a_steady_rung_short_of_blocks_past_a_trusted_peak_gets_no_extra_rung():
     assert max(counts) == 5 and not any("never settled" in s.message for s in planner.trace)
 
 
+@pytest.mark.unit
 def test_a_wildly_unsettled_rung_does_not_turn_a_big_gain_into_noise():
     # Seen on a machine at load 24: 2 workers measured ±62%; 4 workers then gained 48%, which a 62% "band" hid.
     def busy(config: TrialConfig, run: int) -> dict[str, Any]:
@@ -313,6 +327,7 @@ def test_a_wildly_unsettled_rung_does_not_turn_a_big_gain_into_noise():
     ) == (pytest.approx(0.15))
 
 
+@pytest.mark.unit
 def test_planned_shrinks_as_the_search_learns():
     planner = AdaptivePlanner(settings())
     assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4, 8, 16, 32]
@@ -321,6 +336,7 @@ def test_planned_shrinks_as_the_search_learns():
     assert len(planner.planned()) <= 11 and all(isinstance(c, TrialConfig) for c in planner.planned())
 
 
+@pytest.mark.unit
 def test_notes_are_taken_once():
     planner = AdaptivePlanner(settings())
     planner.setup(machine(), ())
@@ -333,12 +349,14 @@ def test_notes_are_taken_once():
 # ------------------------------------------------------------------------------------------------ choosing a planner
 
 
+@pytest.mark.unit
 def test_small_space_is_measured_exhaustively():
     planner = AdaptivePlanner(settings(workers=(0, 2)))
     assert workers(drive(planner, cpu_bound)) == [0, 2]
     assert "no search is cheaper" in planner.trace[0].message
 
 
+@pytest.mark.unit
 def test_make_planner_picks_by_setting_and_only_is_a_grid():
     assert isinstance(make_planner(settings()), AdaptivePlanner)
     assert isinstance(make_planner(settings(search="grid")), GridPlanner)
@@ -347,11 +365,13 @@ def test_make_planner_picks_by_setting_and_only_is_a_grid():
     assert Settings().search == "adaptive"
 
 
+@pytest.mark.unit
 def test_grid_still_measures_everything_in_order():
     grid = make_planner(settings(search="grid", workers=(0, 1, 2, 3, 4, 5)))
     assert workers(drive(grid, cpu_bound)) == [0, 1, 2, 3, 4, 5]
 
 
+@pytest.mark.unit
 def test_auto_workers_for_the_adaptive_search_reach_the_hard_cap():
     assert auto_counts(2, "adaptive") == tuple(range(65))
     assert auto_counts(32, "adaptive")[-1] == 128  # 4 per CPU on a big machine
@@ -361,6 +381,7 @@ def test_auto_workers_for_the_adaptive_search_reach_the_hard_cap():
 # ------------------------------------------------------------------------------------------------ repeats and results
 
 
+@pytest.mark.unit
 def test_repeats_merge_into_one_point_with_the_honest_spread():
     config = TrialConfig(3, 32, 2, False, False, "fork")
     runs = [
@@ -375,12 +396,14 @@ def test_repeats_merge_into_one_point_with_the_honest_spread():
     assert merge_repeats(close)[0].spread == 0.01  # the steadiest run's own spread, when the runs agree
 
 
+@pytest.mark.unit
 def test_recommendation_uses_the_mean_of_repeats_and_says_so():
     trials = drive(AdaptivePlanner(settings()), cpu_bound)
     _, rec = analyze(trials, settings(), machine())
     assert rec is not None and "mean of 2 runs" in rec.reason
 
 
+@pytest.mark.unit
 def test_new_result_fields_round_trip_and_old_json_still_loads():
     trials = drive(AdaptivePlanner(settings()), cpu_bound)
     result = SweepResult(
@@ -466,6 +489,7 @@ def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
 # ------------------------------------------------------------------------------------------------ annotations
 
 
+@pytest.mark.unit
 def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
     from loadertop.core.engine.reasons import annotate
 
@@ -485,6 +509,7 @@ def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
     assert out[2].reason == out[0].reason + " (repeat of #0)"
 
 
+@pytest.mark.unit
 def test_rule_notes_say_what_each_knee_rule_found_and_which_chose():
     from loadertop.core.engine.analysis import rule_notes
     from loadertop.core.model.results import Knee

@@ -30,6 +30,7 @@ def read(url: str, progress: list[int], done: list[float]) -> None:
     done.append(time.monotonic())
 
 
+@pytest.mark.unit
 def test_one_reader_is_held_to_the_cap(tmp_path: Path) -> None:
     make_shards(tmp_path, 1, SIZE)
     with capped_server(tmp_path, RATE) as url:
@@ -42,6 +43,7 @@ def test_one_reader_is_held_to_the_cap(tmp_path: Path) -> None:
     assert elapsed >= 0.9 * SIZE / RATE  # never faster than the cap (sleeps only lengthen it)
 
 
+@pytest.mark.unit
 def test_two_readers_at_once_share_the_cap(tmp_path: Path) -> None:
     make_shards(tmp_path, 2, SIZE)
     with capped_server(tmp_path, RATE) as url:
@@ -64,6 +66,7 @@ def test_two_readers_at_once_share_the_cap(tmp_path: Path) -> None:
     assert elapsed >= 0.9 * 2 * SIZE / RATE  # together no faster than one cap: each got about half
 
 
+@pytest.mark.unit
 def test_only_the_folders_files_and_a_listing(tmp_path: Path) -> None:
     names = make_shards(tmp_path / "store", 3, 10)
     (tmp_path / "secret").write_text("no")
@@ -76,6 +79,7 @@ def test_only_the_folders_files_and_a_listing(tmp_path: Path) -> None:
             assert err.value.code == 404
 
 
+@pytest.mark.unit
 def test_it_stops_cleanly(tmp_path: Path) -> None:
     make_shards(tmp_path, 1, 10)
     before = threading.active_count()
@@ -105,6 +109,7 @@ def test_the_http_dataset_reads_the_store_through_worker_processes(tmp_path: Pat
     assert [int(row[0]) for row in data] == [i % 4 for i in range(10)]  # file i mod 4 holds byte i mod 4
 
 
+@pytest.mark.unit
 def test_the_http_dataset_says_what_is_wrong(tmp_path: Path) -> None:
     from loadertop.core.datasets.errors import SpecError
 

@@ -93,6 +93,7 @@ def test_a_rank_without_a_shard_fails_its_trial_saying_why(tmp_path: Path, runs:
     )
 
 
+@pytest.mark.unit
 def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path) -> None:
     pytest.importorskip("webdataset", reason="pip install webdataset (the scale extra)")
     for spec, needle in (
@@ -107,6 +108,7 @@ def test_bad_webdataset_specs_say_one_line(pattern: str, tmp_path: Path) -> None
         assert needle in str(caught.value) and "\n" not in str(caught.value), spec
 
 
+@pytest.mark.unit
 def test_a_missing_package_says_what_to_install(pattern: str, monkeypatch: pytest.MonkeyPatch) -> None:
     for module, spec in (("webdataset", f"webdataset:{pattern}"), ("datasets", "hf:/tmp")):
         monkeypatch.setitem(sys.modules, module, None)  # as if not installed
@@ -129,6 +131,7 @@ def test_bad_webdataset_path_is_exit_2_from_the_cli(tmp_path: Path) -> None:
 # -- the shard arithmetic and the idle workers -------------------------------------------------------------------
 
 
+@pytest.mark.unit
 def test_shard_arithmetic_names_the_numbers_and_the_fix() -> None:
     assert shard_warning(8, workers=8, ranks=2) == (
         "8 shards for 2 ranks × 8 workers = 16 readers: 8 workers idle; "

@@ -28,6 +28,7 @@ def rows(outcomes: list[sim_bench.Outcome], method: str, **where: object) -> lis
     return [o for o in outcomes if o.method == method and all(getattr(o, k) == v for k, v in where.items())]
 
 
+@pytest.mark.heavy
 def test_accuracy_and_cost_over_all_cases(outcomes: list[sim_bench.Outcome]) -> None:
     ada = sim_bench.summary(rows(outcomes, "adaptive"))
     assert ada["n"] == 72
@@ -37,11 +38,13 @@ def test_accuracy_and_cost_over_all_cases(outcomes: list[sim_bench.Outcome]) -> 
     assert ada["acc_p10"] >= 0.95  # issue 12's target (0.965 here; 0.959-0.964 over three sets of 360, SIM.md)
 
 
+@pytest.mark.unit
 def test_quiet_cases_meet_the_accuracy_target(outcomes: list[sim_bench.Outcome]) -> None:
     quiet = sim_bench.summary(rows(outcomes, "adaptive", noise="σ < 5%"))
     assert quiet["acc_p10"] >= 0.95 and quiet["acc_med"] >= 0.99
 
 
+@pytest.mark.unit
 def test_the_search_beats_the_rules_of_thumb_and_matches_the_coarse_grid(outcomes: list[sim_bench.Outcome]) -> None:
     ada = sim_bench.summary(rows(outcomes, "adaptive"))
     for rule in sim_bench.RULES:
@@ -50,17 +53,20 @@ def test_the_search_beats_the_rules_of_thumb_and_matches_the_coarse_grid(outcome
     assert ada["acc_p10"] >= coarse["acc_p10"]
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("family", ["cpu-bound", "io-bound", "consumer-bound", "retrograde"])
 def test_shapes_the_search_handles(outcomes: list[sim_bench.Outcome], family: str) -> None:
     s = sim_bench.summary(rows(outcomes, "adaptive", family=family))
     assert s["acc_med"] >= 0.95 and s["acc_p10"] >= 0.90 and s["cost_med"] <= 0.15
 
 
+@pytest.mark.unit
 def test_big_machines_cost_a_few_percent_of_the_grid(outcomes: list[sim_bench.Outcome]) -> None:
     for cpus in (128, 256):
         assert sim_bench.summary(rows(outcomes, "adaptive", cpus=cpus))["cost_p90"] <= 0.08
 
 
+@pytest.mark.unit
 def test_a_retrograde_curve_is_not_climbed_past_a_trusted_peak() -> None:
     # The issue's observation, on the model: the climb stops at the fitted peak instead of doubling past it.
     model = draw("retrograde", 64, 0)
@@ -71,6 +77,7 @@ def test_a_retrograde_curve_is_not_climbed_past_a_trusted_peak() -> None:
     assert any("puts the peak at" in s.message or "noise band" in s.message for s in planner.trace if s.phase == "stop")
 
 
+@pytest.mark.unit
 def test_a_noisy_rung_decided_early_does_not_end_the_climb() -> None:
     # σ 18% on 128 CPUs: 8 workers read 17% below 4 in three agreeing blocks (decided early, a clear loss within the
     # trial). Its blocks agree, but the run is far from the next: the climb takes one more rung instead of stopping
@@ -84,6 +91,7 @@ def test_a_noisy_rung_decided_early_does_not_end_the_climb() -> None:
     assert sim_bench.accuracy(model, sim_bench.chosen_workers(trials)) >= 0.9
 
 
+@pytest.mark.unit
 def test_memory_capped_climbs_stop_at_the_budget(outcomes: list[sim_bench.Outcome]) -> None:
     for o in rows(outcomes, "adaptive", family="memory-capped"):
         assert o.accuracy > 0  # never chose past the budget
@@ -94,6 +102,7 @@ def test_memory_capped_climbs_stop_at_the_budget(outcomes: list[sim_bench.Outcom
     assert any("memory budget" in s.message for s in planner.trace)
 
 
+@pytest.mark.unit
 def test_noisy_finalists_are_compared_head_to_head_alternately() -> None:
     # σ 15%: one run each cannot tell the finalists apart. They are measured again A B A B ..., each repeat a full
     # trial (start-up and measurement: the simulated cost counts it), until the sequential test or the cap decides.
@@ -110,6 +119,7 @@ def test_noisy_finalists_are_compared_head_to_head_alternately() -> None:
     assert len(trials) - len({t.config for t in trials}) == len(again)
 
 
+@pytest.mark.unit
 def test_repeats_buy_accuracy_on_noisy_machines(outcomes: list[sim_bench.Outcome]) -> None:
     # The finalists' head-to-head repeats are where the noisy cases' extra trials go, and they pay: on noisy
     # machines the search chooses better than the exhaustive grid, which measures every count once.

@@ -9,7 +9,6 @@ import threading
 from pathlib import Path
 
 import psutil
-import pytest
 from procs import Family
 
 from loadertop.core.engine.driver import Sweep
@@ -28,7 +27,6 @@ def snapshot(process: psutil.Process) -> dict[str, float]:
     }
 
 
-@pytest.mark.slow
 def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> None:
     me = psutil.Process()
     gc.collect()

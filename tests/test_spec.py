@@ -19,6 +19,7 @@ DATA = Path(__file__).parent / "data"
 Run = tuple[int, str, str]  # exit code, stdout, stderr
 
 
+@pytest.mark.unit
 def test_file_spec_with_collate_fn_and_drop_last() -> None:
     dataset, extra = load_dataset(f"{DATA}/collate_ds.py:build", {"length": "10", "features": "4"})
     assert len(dataset) == 10
@@ -30,6 +31,7 @@ def test_file_spec_with_collate_fn_and_drop_last() -> None:
     assert type(dataset).__module__ == "collate_ds"
 
 
+@pytest.mark.unit
 def test_package_module_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(DATA))
     dataset, extra = load_dataset("pkgds.tabular:make", {"rows": "5", "width": "8"})
@@ -37,6 +39,7 @@ def test_package_module_spec(monkeypatch: pytest.MonkeyPatch) -> None:
     assert len(dataset) == 5 and x.shape == (8,) and y == 0 and extra == {}
 
 
+@pytest.mark.unit
 def test_synthetic_and_imagefolder_specs(tmp_path: Path) -> None:
     from loadertop.core.datasets.imagefolder import make_image_folder
 
@@ -47,6 +50,7 @@ def test_synthetic_and_imagefolder_specs(tmp_path: Path) -> None:
     assert len(dataset) == 4 and dataset[0][0].shape == (3, 32, 32)
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize(
     ("spec", "kwargs", "needle"),
     [
@@ -70,6 +74,7 @@ def test_bad_specs_raise_one_line(spec: str, kwargs: dict[str, str], needle: str
     assert needle in message and "\n" not in message
 
 
+@pytest.mark.unit
 def test_what_counts_as_a_dataset() -> None:
     assert check_dataset([torch.zeros(2), torch.ones(2)], "x:y")[0][1].sum() == 2  # a list of samples works
     for wrong in ("a string", b"bytes", 42, None):
@@ -81,11 +86,13 @@ def test_what_counts_as_a_dataset() -> None:
         check_dataset({"dataset": [1], "colate_fn": print}, "x:y")
 
 
+@pytest.mark.unit
 def test_multi_line_messages_become_one_line() -> None:
     assert one_line("first\n  second\tthird ") == "first second third"
     assert "\n" not in str(SpecError("a\nb"))
 
 
+@pytest.mark.unit
 def test_consumer_specs() -> None:
     step = load_callable(f"{DATA}/steps.py:matmul_step", "consumer")
     step(torch.zeros(4, 300))

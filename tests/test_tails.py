@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 from test_analysis import machine, trial
 
 from loadertop.core.engine.analysis import analyze
@@ -73,6 +74,7 @@ def unordered(t: TrialResult, **kw: object) -> TrialResult:
     return dataclasses.replace(t, config=dataclasses.replace(t.config, in_order=False), **kw)  # type: ignore[arg-type]
 
 
+@pytest.mark.unit
 def test_in_order_is_named_only_beyond_the_noise_band() -> None:
     on = trial(0, 2, 1000, stall=0.5)
     settings = Settings(tolerance=0.05)
@@ -82,6 +84,7 @@ def test_in_order_is_named_only_beyond_the_noise_band() -> None:
     assert rec is not None and "in_order=False: +30% over in order" in rec.reason
 
 
+@pytest.mark.unit
 def test_a_real_step_prefers_the_far_steadier_data_wait() -> None:
     # 2 and 4 workers within noise; 2 workers (the cheapest) wait 12 ms at p99, 4 workers 3 ms.
     two = dataclasses.replace(trial(0, 2, 1000, stall=0.3), wait_ms_p50=1.0, wait_ms_p99=12.0)
@@ -96,6 +99,7 @@ def test_a_real_step_prefers_the_far_steadier_data_wait() -> None:
     assert rec is not None and rec.config.num_workers == 2 and "p99" not in rec.reason
 
 
+@pytest.mark.unit
 def test_pinning_without_cuda_is_not_measured() -> None:
     pinned = dataclasses.replace(trial(1, 2, 1040, stall=0.5), config=TrialConfig(2, 32, 2, True, False, "fork"))
     plain = trial(0, 2, 1000, stall=0.5)
@@ -114,6 +118,7 @@ def finished(p99: float | None) -> Finished:
     return Finished(100.0, 100.0, 0.01, 0.1, 0.5, 5, 2.0, 4, True, wait_ms_p50=1.0, wait_ms_p95=2.0, wait_ms_p99=p99)
 
 
+@pytest.mark.unit
 def test_ranks_report_the_worst_rank_and_each_ranks_p99() -> None:
     node = aggregate([finished(4.0), finished(9.0)])
     assert node.wait_ms_p99 == 9.0 and node.rank_wait_ms_p99 == (4.0, 9.0)
@@ -121,6 +126,7 @@ def test_ranks_report_the_worst_rank_and_each_ranks_p99() -> None:
     assert aggregate([finished(4.0), finished(None)]).rank_wait_ms_p99 == ()
 
 
+@pytest.mark.unit
 def test_an_old_result_without_tails_still_loads_and_shows_none() -> None:
     data = json.loads((DATA / "recorded_result.json").read_text())
     assert not any(k in t for t in data["trials"] for k in TAILS)
@@ -130,6 +136,7 @@ def test_an_old_result_without_tails_still_loads_and_shows_none() -> None:
     assert {report.cells(r)["p99"] for r in report.rows} == {"–"}
 
 
+@pytest.mark.unit
 def test_the_first_batch_after_each_epoch_boundary_stays_out_of_the_tails() -> None:
     # 30-sample epochs whose first sample sleeps 80 ms: the tails are the 1 ms batches, each boundary is apart.
     import time

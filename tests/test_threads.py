@@ -7,6 +7,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 from loadertop.core.engine.analysis import analyze, snippet
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.reasons import oversubscribed, trial_reason
@@ -42,6 +44,7 @@ def test_a_worker_threads_sweep_sets_each_workers_threads_and_reports_the_main_p
     assert SweepResult.from_dict(data).trials[1].config.worker_threads == 2
 
 
+@pytest.mark.unit
 def test_threads_at_zero_workers_are_skipped_and_the_cells_show_threads_only_when_set() -> None:
     settings = Settings(workers=(0, 2), worker_threads=(1, 4), start_methods=("fork",))
     assert [c.label() for c in settings.trial_configs()] == ["w=0 bs=32", "w=2 bs=32 pf=2 fork th=1",
@@ -53,6 +56,7 @@ def test_threads_at_zero_workers_are_skipped_and_the_cells_show_threads_only_whe
     assert Settings().trial_configs()[0].worker_threads is None
 
 
+@pytest.mark.unit
 def test_the_snippet_sets_the_threads_with_a_picklable_init_fn() -> None:
     import pickle
 
@@ -78,6 +82,7 @@ def _machine(cpus: int) -> MachineInfo:
     return MachineInfo("host", "linux", "3.12", "2.6", cpus, cpus, None, 8192.0, 4096.0, None, None, "fork")
 
 
+@pytest.mark.unit
 def test_oversubscription_is_named_when_the_threads_outnumber_the_cpus_and_not_otherwise() -> None:
     two = _machine(2)
     over = oversubscribed(_trial(2, 2), two, step=True)
@@ -102,6 +107,7 @@ def test_oversubscription_is_named_when_the_threads_outnumber_the_cpus_and_not_o
     assert "oversubscribed" not in trial_reason(_trial(2, 1), _machine(3), 500.0, ceiling=900.0, cpu_step=True)
 
 
+@pytest.mark.unit
 def test_the_recommendation_names_oversubscription_with_a_consumer() -> None:
     trials = [dataclasses.replace(_trial(0, 2, stall=0.9), samples_per_s=200.0), _trial(2, 2)]
     trials[1] = dataclasses.replace(trials[1], index=1)
@@ -115,6 +121,7 @@ def test_the_recommendation_names_oversubscription_with_a_consumer() -> None:
     assert sleeping is not None and "oversubscribed" not in sleeping.reason
 
 
+@pytest.mark.unit
 def test_an_old_result_without_the_new_keys_loads() -> None:
     data = json.loads((DATA / "recorded_result.json").read_text())
     for t in data["trials"]:

@@ -47,16 +47,19 @@ def test_the_null_dataset_reproduces_the_batch_structure(sample: Any) -> None:
     assert type(again) is type(batch)
 
 
+@pytest.mark.unit
 def test_a_batch_that_is_not_rows_of_samples_is_refused() -> None:
     with pytest.raises(ValueError, match="not 4 rows"):
         unbatch((torch.zeros(4, 3), torch.zeros(5)), 4)
 
 
+@pytest.mark.unit
 def test_the_message_round_trips() -> None:
     m = TransportMeasured(32, 2, False, 150.0, 4800.0, 18.4, 2, True, "null dataset", 0.03)
     assert decode(encode(m)) == m
 
 
+@pytest.mark.unit
 def test_old_result_json_without_kind_loads_as_consumer_ceilings() -> None:
     data = json.loads((DATA / "recorded_result.json").read_text())
     for c in data.get("ceilings") or []:
@@ -77,6 +80,7 @@ def _transport(n: int, bps: float, mb: float = 18.4, tensors: int = 2, images: b
 CEILINGS = (_transport(0, 900.0), _transport(1, 95.0), _transport(2, 150.0), _transport(4, 155.0))
 
 
+@pytest.mark.unit
 def test_a_trial_at_the_transport_ceiling_is_transport_bound_and_named_with_its_fixes() -> None:
     zero, two = _trial(0, 800 * 32), _trial(2, 140 * 32)
     phrase = transport_phrase(two, CEILINGS, [zero, two], 0.05)
@@ -89,6 +93,7 @@ def test_a_trial_at_the_transport_ceiling_is_transport_bound_and_named_with_its_
     assert transport_phrase(_trial(2, 60 * 32), CEILINGS, [zero], 0.05) == ""
 
 
+@pytest.mark.unit
 def test_the_climb_stops_where_no_rung_above_hands_over_more() -> None:
     stop = transport_stop(CEILINGS, _trial(0, 800 * 32), 0.05, "0 workers")
     assert stop is not None and "transport ceiling" in stop
@@ -96,9 +101,6 @@ def test_the_climb_stops_where_no_rung_above_hands_over_more() -> None:
     assert transport_stop(CEILINGS, _trial(2, 149 * 32), 0.05, "2 workers") is not None  # 4: 155, within noise
 
 
-# Out of the default run: on 2 shared cores the 2-worker trial's CPU reaches 1.8/2 in about 1 run in 6, and the
-# CPU-bound verdict then comes first (the recommendation, 0 workers and transport-bound, holds either way).
-@pytest.mark.slow
 def test_a_float32_image_dataset_is_reported_transport_bound_end_to_end(runs: Path, no_leftovers: None) -> None:
     from loadertop.core.engine.driver import Sweep
 

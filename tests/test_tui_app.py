@@ -55,6 +55,7 @@ def factory(tmp_path: Path) -> FakeSweepFactory:
     return FakeSweepFactory(tmp_path / "runs")
 
 
+@pytest.mark.tui
 @sync
 async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -86,6 +87,7 @@ async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
         assert not app._ticker._active.is_set()
 
 
+@pytest.mark.tui
 @sync
 async def test_two_gpus_show_a_sparkline_each_with_numbers(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, machine=GPU_MACHINE, hold_at=3)
@@ -106,6 +108,7 @@ async def test_two_gpus_show_a_sparkline_each_with_numbers(tmp_path: Path) -> No
         assert cell(table, 4, "gpu").endswith("%")
 
 
+@pytest.mark.tui
 @sync
 async def test_p_pauses_and_resumes(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
@@ -125,6 +128,7 @@ async def test_p_pauses_and_resumes(tmp_path: Path) -> None:
         assert app.messages[-1] == ("warning", "no sweep is running")
 
 
+@pytest.mark.tui
 @sync
 async def test_s_stops_after_the_current_trial(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
@@ -161,6 +165,7 @@ async def test_q_mid_sweep_cancels_and_returns_130_promptly(tmp_path: Path) -> N
     assert factory.sweeps[0].result is not None and factory.sweeps[0].result.interrupted
 
 
+@pytest.mark.tui
 @sync
 async def test_q_while_paused_still_cancels(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
@@ -172,6 +177,7 @@ async def test_q_while_paused_still_cancels(tmp_path: Path) -> None:
     assert app.return_code == 130
 
 
+@pytest.mark.tui
 @sync
 async def test_q_after_the_sweep_returns_0(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -182,6 +188,7 @@ async def test_q_after_the_sweep_returns_0(factory: FakeSweepFactory) -> None:
     assert factory.sweeps[0].calls == []
 
 
+@pytest.mark.tui
 @sync
 async def test_r_reruns_and_the_table_shows_the_change(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -199,6 +206,7 @@ async def test_r_reruns_and_the_table_shows_the_change(factory: FakeSweepFactory
         assert "previous" not in str(app.query_one(ThroughputChart).border_title)  # tall: in the legend instead
 
 
+@pytest.mark.tui
 @sync
 async def test_r_during_a_sweep_cancels_it_then_starts_over(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
@@ -214,6 +222,7 @@ async def test_r_during_a_sweep_cancels_it_then_starts_over(tmp_path: Path) -> N
         assert change_of(app.state, 3) is None
 
 
+@pytest.mark.tui
 @sync
 async def test_enter_reruns_the_highlighted_row_with_a_tighter_spread(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -235,6 +244,7 @@ async def test_enter_reruns_the_highlighted_row_with_a_tighter_spread(factory: F
         assert "rerunning w=2 bs=32 pf=2 fork with more repeats" in app.messages[-1][1]
 
 
+@pytest.mark.tui
 @sync
 async def test_enter_during_a_sweep_only_warns(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
@@ -247,6 +257,7 @@ async def test_enter_during_a_sweep_only_warns(tmp_path: Path) -> None:
         factory.sweeps[0].release()
 
 
+@pytest.mark.tui
 @sync
 async def test_plus_and_minus_change_the_worker_range_and_rerun(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -266,6 +277,7 @@ async def test_plus_and_minus_change_the_worker_range_and_rerun(factory: FakeSwe
         assert app.query_one(ResultsTable).row_count == 5
 
 
+@pytest.mark.tui
 @sync
 async def test_e_exports_into_the_run_folder_with_the_engine_writers(
     factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch
@@ -290,6 +302,7 @@ async def test_e_exports_into_the_run_folder_with_the_engine_writers(
         assert str(run_dir) in app.messages[-1][1]
 
 
+@pytest.mark.tui
 @sync
 async def test_e_works_mid_sweep(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=3)
@@ -303,6 +316,7 @@ async def test_e_works_mid_sweep(tmp_path: Path) -> None:
         factory.sweeps[0].release()
 
 
+@pytest.mark.tui
 @sync
 async def test_e_before_any_trial_warns(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=0)
@@ -317,6 +331,7 @@ async def test_e_before_any_trial_warns(tmp_path: Path) -> None:
         factory.sweeps[0].release()
 
 
+@pytest.mark.tui
 @sync
 async def test_y_copies_the_snippet_and_writes_snippet_py(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -335,6 +350,7 @@ async def test_y_copies_the_snippet_and_writes_snippet_py(factory: FakeSweepFact
         assert "OSC 52" in app.messages[-1][1]
 
 
+@pytest.mark.tui
 @sync
 async def test_question_mark_lists_every_key(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -351,6 +367,7 @@ async def test_question_mark_lists_every_key(factory: FakeSweepFactory) -> None:
         assert not isinstance(app.screen, HelpScreen) and app.is_running
 
 
+@pytest.mark.tui
 def test_every_key_is_in_the_footer_and_needs_no_modifier() -> None:
     for binding in LoadertopApp.BINDINGS:
         assert binding.show and binding.description and binding.id  # type: ignore[union-attr]
@@ -358,6 +375,7 @@ def test_every_key_is_in_the_footer_and_needs_no_modifier() -> None:
             assert not key.startswith(("ctrl+", "alt+", "escape"))
 
 
+@pytest.mark.tui
 @sync
 async def test_footer_fits_80_columns(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -369,6 +387,7 @@ async def test_footer_fits_80_columns(factory: FakeSweepFactory) -> None:
         assert max(k.region.right for k in keys) <= 80
 
 
+@pytest.mark.tui
 @sync
 async def test_t_switches_to_the_light_theme_and_back(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -381,12 +400,14 @@ async def test_t_switches_to_the_light_theme_and_back(factory: FakeSweepFactory)
     assert make_app(SETTINGS, sweep_factory=factory, theme="light").theme == "textual-light"
 
 
+@pytest.mark.tui
 @sync
 async def test_light_theme_from_the_environment(factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOADERTOP_THEME", "light")
     assert make_app(SETTINGS, sweep_factory=factory).theme == "textual-light"
 
 
+@pytest.mark.tui
 @sync
 async def test_no_color_is_honoured_and_marks_survive(
     factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch
@@ -400,6 +421,7 @@ async def test_no_color_is_honoured_and_marks_survive(
         assert cell(table, 4, "mark") == "★◆"  # symbols, not only colour
 
 
+@pytest.mark.tui
 @sync
 async def test_too_small_terminal_shows_a_notice(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -422,6 +444,7 @@ class CrashingSweep(FakeSweep):
         raise RuntimeError("runner exploded")
 
 
+@pytest.mark.tui
 @sync
 async def test_an_engine_error_is_shown_and_the_app_stays_up(tmp_path: Path) -> None:
     def factory(settings, previous, only):  # type: ignore[no-untyped-def]
@@ -436,6 +459,7 @@ async def test_an_engine_error_is_shown_and_the_app_stays_up(tmp_path: Path) -> 
     assert app.return_code == 1
 
 
+@pytest.mark.tui
 @sync
 async def test_bad_input_from_the_factory_exits_2(tmp_path: Path) -> None:
     def factory(settings, previous, only):  # type: ignore[no-untyped-def]
@@ -449,6 +473,7 @@ async def test_bad_input_from_the_factory_exits_2(tmp_path: Path) -> None:
     assert app.return_code == 2
 
 
+@pytest.mark.tui
 @sync
 async def test_samples_do_not_redraw_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = {"table": 0}
@@ -467,6 +492,7 @@ async def test_samples_do_not_redraw_the_table(tmp_path: Path, monkeypatch: pyte
     assert calls["table"] <= 3 + 2 * len(WORKERS) + 2
 
 
+@pytest.mark.tui
 @sync
 async def test_after_the_sweep_the_highlighted_row_fills_the_panes(factory: FakeSweepFactory) -> None:
     app = make_app(SETTINGS, sweep_factory=factory)
@@ -479,6 +505,7 @@ async def test_after_the_sweep_the_highlighted_row_fills_the_panes(factory: Fake
         assert "trial 6 w=6" in str(app.query_one(MemoryPane).border_title)
 
 
+@pytest.mark.tui
 def test_run_tui_returns_the_app_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import loadertop.tui as tui
 
@@ -493,6 +520,7 @@ def test_run_tui_returns_the_app_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_
     assert callable(seen["factory"])
 
 
+@pytest.mark.tui
 @sync
 async def test_enter_right_after_arrow_keys_reruns_the_row_they_moved_to(factory: FakeSweepFactory) -> None:
     # Over SSH the keys arrive together: enter must see the cursor where the arrows left it.
@@ -505,6 +533,7 @@ async def test_enter_right_after_arrow_keys_reruns_the_row_they_moved_to(factory
         assert [c.num_workers for c in factory.calls[1][2] or []] == [8]
 
 
+@pytest.mark.tui
 @sync
 async def test_a_previous_result_from_disk_is_the_baseline(tmp_path: Path) -> None:
     first = FakeSweepFactory(tmp_path / "a")

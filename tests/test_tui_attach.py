@@ -31,6 +31,8 @@ from loadertop.tui.attach.state import LiveState
 from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, WorkersPane
 from loadertop.tui.widgets.help import HelpScreen
 
+pytestmark = pytest.mark.tui
+
 SIZE = (120, 40)
 SnapCompare = Callable[..., bool]
 

@@ -17,6 +17,8 @@ from loadertop.core.model.results import TrialResult
 from loadertop.tui.app import LoadertopApp
 from loadertop.tui.sweep_api import engine_factory
 
+pytestmark = pytest.mark.tui
+
 SIZE = (120, 40)
 
 

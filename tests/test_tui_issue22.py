@@ -95,6 +95,7 @@ def test_the_count_says_how_much_the_search_added_and_why() -> None:
     assert counters[FIRST:] == ["8/8 (7 planned +1 repeat)", "9/9 (7 planned +2 repeat)"]
 
 
+@pytest.mark.tui
 @sync
 async def test_the_header_says_why_the_total_grew(tmp_path: Path) -> None:
     factory = GrowingFactory(tmp_path, repeat=(4,), hold_at=FIRST)
@@ -111,6 +112,7 @@ async def test_the_header_says_why_the_total_grew(tmp_path: Path) -> None:
         assert f"done: 8 trials ({FIRST} planned +1 repeat)" in header(app)
 
 
+@pytest.mark.tui
 def test_the_headless_counter_says_why_the_total_grew(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     reporter = Reporter(out, err)
@@ -126,6 +128,7 @@ def test_the_headless_counter_says_why_the_total_grew(tmp_path: Path) -> None:
 # ---- a row rerun -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.tui
 @sync
 async def test_a_row_rerun_says_what_it_measured(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path)
@@ -145,6 +148,7 @@ async def test_a_row_rerun_says_what_it_measured(tmp_path: Path) -> None:
 # ---- the highlighted row, without colour ---------------------------------------------------------------------
 
 
+@pytest.mark.tui
 @pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
 @sync
 async def test_the_highlighted_row_has_a_symbol(
@@ -171,6 +175,7 @@ async def test_the_highlighted_row_has_a_symbol(
 # ---- the help screen at 80×24 -----------------------------------------------------------------------------------
 
 
+@pytest.mark.tui
 @sync
 async def test_the_help_screen_fits_80x24(tmp_path: Path) -> None:
     app = make_app(SETTINGS, sweep_factory=FakeSweepFactory(tmp_path))
@@ -193,6 +198,7 @@ async def test_the_help_screen_fits_80x24(tmp_path: Path) -> None:
 # ---- notices at the start -----------------------------------------------------------------------------------
 
 
+@pytest.mark.tui
 @sync
 async def test_notices_at_the_start_do_not_cover_the_table(tmp_path: Path) -> None:
     factory = GrowingFactory(tmp_path, hold_at=0)

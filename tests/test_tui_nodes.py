@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import pytest
 from test_nodes_report import ONE_NODE, two_nodes
 from tui_fakes import sync, wait_until
 
@@ -17,6 +18,8 @@ from loadertop.core.model.events import Event, SweepFinished, SweepStarted, Tria
 from loadertop.core.model.results import SweepResult
 from loadertop.tui.app import LoadertopApp, make_app
 from loadertop.tui.widgets.nodes import NodesPane
+
+pytestmark = pytest.mark.tui
 
 SIZE = (120, 40)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, cell, sync, wait_until
 
 from loadertop.core.engine import num
@@ -13,6 +14,8 @@ from loadertop.tui.widgets.header import HeaderPane
 from loadertop.tui.widgets.memory import MemoryPane
 from loadertop.tui.widgets.results import ResultsTable
 from loadertop.tui.widgets.throughput import LivePane
+
+pytestmark = pytest.mark.tui
 
 SIZE = (120, 40)
 REPEAT = len(WORKERS)  # the index of the repeated w=4 trial: the eighth

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 from tui_fakes import sync, wait_until
 
 from loadertop.core.model.config import Settings
@@ -56,6 +57,7 @@ async def test_q_mid_trial_leaves_no_process_behind(runs: Path, no_leftovers: No
     assert app.return_code == 130
 
 
+@pytest.mark.tui
 def test_make_app_builds_the_engine_factory_lazily(runs: Path) -> None:
     app = make_app(TINY, out_dir=runs)
     assert callable(app.sweep_factory) and app.sweeps == []

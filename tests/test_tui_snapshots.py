@@ -17,6 +17,8 @@ from tui_fakes import GPU_MACHINE, NO_GPU_MACHINE, SETTINGS, FakeSweepFactory, w
 from loadertop.core.model.results import MachineInfo
 from loadertop.tui.app import LoadertopApp, make_app
 
+pytestmark = pytest.mark.tui
+
 SnapCompare = Callable[..., bool]
 RUNS = Path("/tmp/loadertop-snapshots")  # a fixed path: nothing on screen shows it, but keep it stable anyway
 

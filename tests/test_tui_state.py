@@ -14,6 +14,8 @@ from loadertop.tui import fmt, ranges
 from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.results import status_text
 
+pytestmark = pytest.mark.tui
+
 
 def run(sweep: FakeSweep, state: SweepState, only: bool = False) -> SweepState:
     state.begin(only=only)

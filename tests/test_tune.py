@@ -176,6 +176,7 @@ def test_without_a_publisher_it_still_tunes(monkeypatch: pytest.MonkeyPatch) -> 
     assert no_children() == []
 
 
+@pytest.mark.unit
 def test_an_iterable_dataset_is_watched_not_tuned(capsys: pytest.CaptureFixture[str]) -> None:
     loader = DataLoader(Stream(), batch_size=4)
     tuned = loadertop.tune(loader, budget_s=BUDGET_S)
@@ -221,6 +222,7 @@ def test_an_internal_failure_steps_aside_without_losing_the_position(
     assert no_children() == []
 
 
+@pytest.mark.unit
 def test_a_measurement_skips_the_start_up_buffer_and_a_cut_one_does_not_count() -> None:
     config = TrialConfig(2, 4, 2)
     meter = Meter(config, skip=start_up_buffer(config))  # 2 × 2 + 2 batches ready before the step asks

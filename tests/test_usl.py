@@ -10,6 +10,8 @@ from loadertop.core.engine.usl import fit_curve, fit_usl, past_peak, trusted, us
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 
+pytestmark = pytest.mark.unit
+
 NS = [1, 2, 4, 8, 16, 32]
 
 

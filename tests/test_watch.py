@@ -207,6 +207,7 @@ def test_break_closes_the_epoch_and_its_workers(jobs: Path, no_leftovers: None) 
     assert len(run_epoch(loadertop.watch(dl))) == N // BS  # and the next epoch runs whole
 
 
+@pytest.mark.unit
 def test_two_viewers_at_once_and_a_late_one_gets_the_history(jobs: Path) -> None:
     pub = publisher()
     assert pub is not None
@@ -223,6 +224,7 @@ def test_two_viewers_at_once_and_a_late_one_gets_the_history(jobs: Path) -> None
         assert len(of(JobEpoch, messages)) == 1
 
 
+@pytest.mark.unit
 def test_a_viewer_that_never_reads_blocks_nothing(jobs: Path) -> None:
     pub = publisher()
     assert pub is not None
@@ -247,6 +249,7 @@ def test_a_viewer_that_never_reads_blocks_nothing(jobs: Path) -> None:
     assert of(JobEpoch, messages) and pub.alive
 
 
+@pytest.mark.unit
 def test_folder_is_private_and_removed_at_close(jobs: Path) -> None:
     run_epoch(loadertop.watch(loader(0)))
     pub = publisher()
@@ -306,6 +309,7 @@ def test_a_failing_publisher_steps_aside_and_logs_once(
     assert len(records) == 1 and "steps aside" in records[0].getMessage()
 
 
+@pytest.mark.unit
 def test_loadertop_watch_0_disables_it(jobs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOADERTOP_WATCH", "0")
     dl = loader(0)
@@ -315,6 +319,7 @@ def test_loadertop_watch_0_disables_it(jobs: Path, monkeypatch: pytest.MonkeyPat
     assert type(iter(loadertop.watch(dl))) is type(iter(dl))  # plain iteration
 
 
+@pytest.mark.unit
 def test_samples_and_config_of_loaders_without_a_batch_size() -> None:
     assert samples_in((torch.zeros(5, 3), torch.zeros(5))) == 5
     assert samples_in({"x": torch.zeros(7, 2)}) == 7
@@ -323,6 +328,7 @@ def test_samples_and_config_of_loaders_without_a_batch_size() -> None:
     assert loader_config(loader(0)) == TrialConfig(0, BS)
 
 
+@pytest.mark.unit
 def test_a_list_is_watched_too(jobs: Path) -> None:
     batches = [torch.zeros(4, 2), torch.zeros(4, 2), torch.zeros(2, 2)]
     pub = publisher()
@@ -335,6 +341,7 @@ def test_a_list_is_watched_too(jobs: Path) -> None:
     assert of(JobWorkers, messages)[0].pids == () and of(JobWorkers, messages)[0].config is None
 
 
+@pytest.mark.unit
 def test_a_short_last_batch_counts_its_samples(jobs: Path) -> None:
     pub = publisher()
     assert pub is not None
@@ -356,6 +363,7 @@ class Broken:
         raise RuntimeError("drain failed")
 
 
+@pytest.mark.unit
 def test_a_publisher_thread_that_fails_steps_aside(jobs: Path, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="loadertop.watch")
     pub = publisher()
