@@ -81,3 +81,12 @@ def test_the_probe_names_the_module_to_blame() -> None:
     trial = [m for m in CORE_MODULES if ".trial." in m]
     eager = next(m for m in trial if "\nimport torch\n" in Path(importlib.util.find_spec(m).origin).read_text())
     assert forbidden_loads([*OWN_PROCESS[:3], eager], ["torch"]) == {"torch": eager}
+
+
+@pytest.mark.unit
+def test_every_module_is_on_the_architecture_map() -> None:
+    """docs/architecture.md names every module: a module added without a place on the map fails here."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    modules = [p for p in (ROOT / "loadertop").rglob("*.py") if p.name not in ("__init__.py", "__main__.py")]
+    missing = [str(p.relative_to(ROOT)) for p in modules if p.name not in doc]
+    assert missing == [], f"not in docs/architecture.md: {missing}"

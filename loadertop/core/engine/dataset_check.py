@@ -37,7 +37,8 @@ def check_dataset(
     cancelled: threading.Event,
 ) -> DatasetCheck:
     """Check the dataset (building it once in the runner unless --rebuild-dataset); UsageError when it is bad."""
-    share = not settings.rebuild_dataset
+    # With ranks or nodes each rank builds its own, as in DDP: a dataset may read its rank and world when built.
+    share = not settings.rebuild_dataset and settings.ranks == 1 and settings.nodes == 1
     message = _ask(runner, CheckRequest(settings, methods, share), cancelled)
     unsafe = message.unsafe if message.ok else ""
     if unsafe:
@@ -80,5 +81,5 @@ def build_line(message: Checked, shared: bool, unsafe: str, asked: bool) -> str:
     if unsafe:
         return (f"{what} built in {seconds}; its build left {unsafe} behind, which a fork does not carry over, so "
                 "each trial builds its own")  # fmt: skip
-    why = "--rebuild-dataset" if asked else "not shared"
+    why = "--rebuild-dataset" if asked else "each rank builds its own, as in DDP"
     return f"{what} built in {seconds}; each trial builds its own ({why})"
