@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 
 from loadertop.core.engine.band import merge_repeats, noise_band
+from loadertop.core.engine.knee import curve_of
 from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.results import SweepResult, TrialResult
 
@@ -29,7 +30,7 @@ def contradictions(result: SweepResult) -> list[str]:
         chosen = next(t for t in ok if t.config == rec.config)
         found += [f"recommendation: {p}" for p in _clauses(chosen, rec.reason, ok, tol, cpus)]
         found += [f"recommendation: {p}" for p in _comparisons(rec.reason)]
-        curve = [t for t in ok if on_curve(t.config, curve_key(rec.config))]
+        curve = curve_of(ok, chosen)  # the engine's curve of the recommendation (a 0-worker pick: its family's)
         if result.knee is not None:
             found += [f"knee: {p}" for p in _knee(result, curve, tol)]
             found += [f"knee: {p}" for p in _slower_again(result.knee.reason, curve)]
