@@ -53,22 +53,25 @@ def ticks(seconds: float, uss: dict[int, Any], t0: float = 0.0) -> list[ProbeSam
 
 
 def test_window_figures_fit_distinct_readings_of_the_trials_own_workers() -> None:
-    # 11 grows 0.5 MB/s (30 MB/min), 12 is flat, 13 never had a USS reading, 14 is not the trial's.
-    window = ticks(7.5, {11: lambda t: 100.0 + 0.5 * t, 12: lambda t: 80.0, 13: None, 14: lambda t: 999.0})
+    # 11 grows 4 MB/s (240 MB/min), 12 is flat, 13 never had a USS reading, 14 is not the trial's.
+    window = ticks(7.5, {11: lambda t: 100.0 + 4.0 * t, 12: lambda t: 80.0, 13: None, 14: lambda t: 999.0})
     figures = window_figures(list(reversed(window)), [11, 12, 13])
     assert [w.pid for w in figures.workers] == [11, 12]
     grows, flat = figures.workers
-    assert grows.slope_mb_per_min == pytest.approx(30.0) and grows.uss_mb == pytest.approx(103.0)
+    assert grows.slope_mb_per_min == pytest.approx(240.0) and grows.uss_mb == pytest.approx(124.0)
     assert flat.slope_mb_per_min is None  # one distinct reading: nothing to fit
-    assert grows.climbing and not flat.climbing  # 3 MB over 6 s, every step up
-    assert figures.leak is not None and figures.leak.startswith("1 worker grows 30 MB/min; at this rate it exhausts")
+    assert grows.climbing and not flat.climbing  # 24 MB over 6 s, every step up
+    assert figures.leak is not None and figures.leak.startswith("1 worker grows 240 MB/min; at this rate it exhausts")
 
 
 def test_a_step_a_slow_drift_or_a_small_rise_is_no_warning() -> None:
     step = ticks(7.5, {1: lambda t: 100.0 if t < 4 else 130.0})  # one jump: a cache filled once
     drift = ticks(7.5, {1: lambda t: 100.0 + 0.01 * t})  # 0.6 MB/min, under the 1 MB/min floor
     small = ticks(7.5, {1: lambda t: 100.0 + 0.25 * t})  # 15 MB/min, but 1.5 MB over the window
-    for window in (step, drift, small):
+    # 30 MB/min, every step up, but 3 MB in 6 s: a fresh worker copying the pages it touches of a dataset built
+    # before the fork does this, then goes flat (the default run's warm finalists did); seconds cannot tell
+    warming = ticks(7.5, {1: lambda t: 100.0 + 0.5 * t})
+    for window in (step, drift, small, warming):
         assert not window_figures(window, [1]).workers[0].climbing
         assert window_figures(window, [1]).leak is None
     fit, grows = judge([(0.0, 100.0), (2.0, 101.0), (4.0, 103.0)], TRIAL_LEAK)

@@ -14,7 +14,6 @@ from loadertop.core.engine.band import Noise, choose_merged, equivalent, finishe
 from loadertop.core.engine.bound import (
     CONSUMER_BOUND,
     CPU_BOUND,
-    CPU_SATURATED,
     IO_BOUND,
     MAIN_BOUND,
     bound_of,
@@ -296,8 +295,8 @@ def _still_rising_reason(
     bound = bound_of(rec, machine)  # the one label rule; rising while CPU-saturated is the loader's limit still
     if bound.kind == IO_BOUND:
         kind = IO_BOUND
-    elif bound.share is not None and bound.share >= CPU_SATURATED:
-        kind = f"loader-bound ({bound.cpus:.1f} of {machine.usable_cpus} usable CPUs busy)"
+    elif bound.kind == CPU_BOUND:  # the table's words for the same row
+        kind = f"CPU-bound ({bound.cpus:.1f}/{machine.usable_cpus} CPUs)"
     else:
         kind = "loader-bound"
     n, within = rec.config.num_workers, f"no fewer within {pct(band)}"
