@@ -64,3 +64,12 @@ class DieWithParent:
                 os._exit(1)
         if self.user is not None:
             self.user(worker_id)
+
+
+def has_children() -> bool:
+    """Whether this process has a child, running or exited and not yet reaped (the reap is left to its owner)."""
+    try:
+        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return False
+    return True

@@ -37,7 +37,7 @@ from loadertop.core.model.protocol import (
     encode,
 )
 from loadertop.core.trial.parked import Parked, Parking, drop
-from loadertop.core.trial.procs import become_subreaper, die_with_parent, prefer_oom_kill
+from loadertop.core.trial.procs import become_subreaper, die_with_parent, has_children, prefer_oom_kill
 
 _EVENTS_FD = -1
 ExitStatus = tuple[int | None, int | None]  # (the signal that killed it, or None; its exit code, or None)
@@ -147,7 +147,7 @@ def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:
         if status is not None:
             _killpg(pid)  # stragglers: workers of a trial that crashed before it could stop them
             deadline = time.monotonic() + 1.0
-            while _has_children() and time.monotonic() < deadline:
+            while has_children() and time.monotonic() < deadline:
                 _reap(pid)
                 time.sleep(0.02)
             return status
@@ -173,14 +173,6 @@ def _reap(trial_pid: int) -> ExitStatus | None:
             return found
         if pid == trial_pid:
             found = (os.WTERMSIG(status), None) if os.WIFSIGNALED(status) else (None, os.WEXITSTATUS(status))
-
-
-def _has_children() -> bool:
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
 
 def _killpg(pgid: int) -> None:

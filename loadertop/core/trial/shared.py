@@ -22,6 +22,7 @@ from typing import Any
 
 from loadertop.core.datasets.spec import load_dataset
 from loadertop.core.model.config import Settings
+from loadertop.core.trial.procs import has_children
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def _unsafe(python_threads: set[threading.Thread], threads: int | None, fds: set
         found.append(f"{max(len(started), native)} threads{names}")
     if fds is not None and (opened := (_open_fds() or set()) - fds):
         found.append(f"{len(opened)} open files")
-    if _has_children():
+    if has_children():
         found.append("child processes")
     return " and ".join(found)
 
@@ -119,10 +120,4 @@ def _private_mb() -> float | None:
     return kb / 1024
 
 
-def _has_children() -> bool:
-    try:
-        os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return False
-    return True
 
