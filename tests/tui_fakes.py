@@ -199,7 +199,7 @@ class FakeSweep:
                 return None, t
             t += BLOCK_T
             since = t - start_t
-            uss = tuple(140.0 + 3.0 * k + since * (0.25 if k == nw - 1 else 0.01) for k in range(nw))
+            uss = tuple(140.0 + 3.0 * k + since * (2.0 if k == nw - 1 else 0.01) for k in range(nw))
             window.append(self._probe(index, t, config, wpids, uss, stall))
             yield replace(window[-1], uss=live_figures(window[-1], window, wpids))  # as the engine's driver does
             wiggle = 1.0 + 0.03 * math.sin(1.7 * block + nw)
@@ -243,7 +243,7 @@ class FakeSweep:
             first_batch_s=first,
             stall_fraction=stall,
             worker_uss_mb=uss,
-            worker_uss_slope_mb_per_min=tuple(w.slope_mb_per_min for w in figures.workers),  # 15.0 and 0.6 MB/min
+            worker_uss_slope_mb_per_min=tuple(w.slope_mb_per_min for w in figures.workers),  # 120.0 and 0.6 MB/min
             worker_uss_climbing=tuple(w.climbing for w in figures.workers),
             leak=figures.leak,
             total_pss_mb=pss,
