@@ -1,8 +1,6 @@
 """The driver: runs the planned trials through one runner process and turns its messages into events.
 
-    sweep = Sweep(settings)
-    for event in sweep.events():   # blocking; ends after SweepFinished
-        ...
+    for event in Sweep(settings).events():   # blocking; ends after SweepFinished
 
 The driver thread and the probes thread both feed one queue; `events()` drains it in order. Control
 methods (`cancel`, `stop_after_current`, `pause`, `resume`) are safe to call from any thread. The runner's
@@ -209,6 +207,14 @@ class Sweep:
                 traceback.print_exc(file=log)
             self._queue.put(exc)
 
+    def _live(self, runner: RunnerProcess) -> RunnerProcess:
+        """The runner, or a fresh one when it died with a trial (its dataset built again when trials share it)."""
+        if runner.proc.poll() is None:
+            return runner
+        runner.close()
+        fresh = start_runner(self.run_dir / LOG, self._cancel)
+        return self._check_dataset(fresh, quiet=True) if self._shared else fresh
+
     def _drive(self) -> None:
         started = time.monotonic()
         gpu = self._gpu or GpuProbe()
@@ -226,9 +232,8 @@ class Sweep:
             runner = self._check_dataset(runner)
             machine = dataclasses.replace(machine, dataset_build=self._build[0], dataset_build_s=self._build[1])
             write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
-            if self._skipped:
-                self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run (the "
-                                  "DataLoader rejects their knobs there); they show as skipped"))  # fmt: skip
+            if self._skipped:  # the DataLoader rejects their knobs at 0 workers
+                self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run: skipped"))
             self._ceilings = self._measure_ceilings(runner)
             self._emit(Notice("info", describe_ceilings(self._ceilings)))
             self._same.ceilings(self._ceilings)
@@ -240,10 +245,7 @@ class Sweep:
                 self._resumed.wait()
                 trial, self._raised = self._kept_or_skipped(index, config), None
                 if trial is None:
-                    if runner.proc.poll() is not None:  # it died with a trial: start afresh
-                        runner.close()
-                        runner = start_runner(self.run_dir / LOG, self._cancel)
-                        runner = self._check_dataset(runner, quiet=True) if self._shared else runner
+                    runner = self._live(runner)
                     trial = self._run_trial(runner, index, config)
                 trial = self._node_share(index, config, trial)
                 if trial is None or (trial.status == "failed" and self._cancel.is_set() and not self.node_break):
