@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import multiprocessing.process
 import os
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,15 @@ def runs(tmp_path: Path) -> Path:
     path = tmp_path / "runs"
     path.mkdir()
     return path
+
+
+@pytest.fixture
+def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A short jobs folder for live jobs (Unix socket paths are limited to 107 bytes)."""
+    root = Path(tempfile.mkdtemp(prefix="lt", dir="/tmp"))
+    monkeypatch.setenv("LOADERTOP_JOBS_DIR", str(root))
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture

@@ -35,14 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = TrialConfig(num_workers=2, batch_size=32)
 
 
-@pytest.fixture
-def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A short jobs folder (Unix socket paths are limited to 107 bytes)."""
-    root = Path(tempfile.mkdtemp(prefix="lt", dir="/tmp"))
-    monkeypatch.setenv("LOADERTOP_JOBS_DIR", str(root))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
-
 
 @pytest.fixture
 def sleepers() -> Iterator[list[int]]:

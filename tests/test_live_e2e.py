@@ -5,16 +5,12 @@ psutil reads its workers, as `loadertop attach` does; the job ends mid-view."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-import pytest
 
 from loadertop.core.engine import find_jobs, open_session
 from loadertop.core.model.live_protocol import decode
@@ -43,13 +39,6 @@ while time.monotonic() < end:
             break
 """
 
-
-@pytest.fixture
-def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="lt", dir="/tmp"))  # Unix socket paths: 107 bytes at most
-    monkeypatch.setenv("LOADERTOP_JOBS_DIR", str(root))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def start_job(jobs_root: Path, mode: str, seconds: float) -> subprocess.Popen[bytes]:

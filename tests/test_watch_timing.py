@@ -15,16 +15,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 from live_fakes import kill_tree
 from PIL import Image
 
@@ -94,13 +90,6 @@ for x, y in loadertop.watch(loader):
 out.write_text(json.dumps(records))
 """
 
-
-@pytest.fixture
-def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    root = Path(tempfile.mkdtemp(prefix="lt", dir="/tmp"))  # Unix socket paths: 107 bytes at most
-    monkeypatch.setenv("LOADERTOP_JOBS_DIR", str(root))
-    yield root
-    shutil.rmtree(root, ignore_errors=True)
 
 
 def make_images(root: Path, classes: int = 4, per_class: int = 12) -> None:
