@@ -67,10 +67,10 @@ from search_reference import (
     summary_lines,
 )
 
-from loadertop.core.engine.analysis import analyze
-from loadertop.core.engine.band import BAND_CAP
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.search import AdaptivePlanner
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.search.adaptive import AdaptivePlanner
+from loadertop.core.engine.verdict.analysis import analyze
+from loadertop.core.engine.verdict.band import BAND_CAP
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import Settings, TrialConfig

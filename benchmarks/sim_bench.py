@@ -4,14 +4,14 @@
 
 Every case is a model machine and workload from benchmarks/sim_machines.py (8 to 256 usable CPUs; six curve
 families; noise 1-20%; slow drift; trial cost growing with workers, fork or spawn). The same AdaptivePlanner the
-sweeps use (loadertop.core.engine.search) picks each trial; a simulated trial answers it. For each case:
+sweeps use (loadertop.core.engine.search.adaptive) picks each trial; a simulated trial answers it. For each case:
 
   accuracy = true samples/s at the chosen configuration ÷ the true best in the range (within the memory budget)
   cost     = Σ simulated trial time ÷ Σ of the exhaustive grid over the same range (every worker count, once)
 
 The choice of every measured method is the sweeps' rule, "cheapest within the noise band of the best", on its
 own noisy measurements (band.choose: repeats merged, the band narrowed by them and widened by their disagreement).
-The adaptive search's head-to-head repeats of its finalists (engine/finalists.py) are trials like any other: each
+The adaptive search's head-to-head repeats of its finalists (engine/search/finalists.py) are trials like any other: each
 pays its workers' start-up and its measurement again, and the machine drifts on between them.
 
 Beside the adaptive search: the exhaustive grid itself (noise fools it too), a coarse grid (0 and the powers of
@@ -37,9 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from sim_machines import FAMILIES, Model, draw
 
-from loadertop.core.engine.band import Noise, choose, choose_merged, equivalent, finished, merge_repeats
-from loadertop.core.engine.planners import GridPlanner
-from loadertop.core.engine.search import AdaptivePlanner
+from loadertop.core.engine.search.adaptive import AdaptivePlanner
+from loadertop.core.engine.search.planners import GridPlanner
+from loadertop.core.engine.verdict.band import Noise, choose, choose_merged, equivalent, finished, merge_repeats
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import TrialResult
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings
 
 SPEC = "synthetic:io_ms=40,cpu_ms=0.2,kb=16"  # each worker: 25 samples/s, almost all of it waiting

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import ProbeSample
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from loadertop.core.engine.nodes_env import SLURM_PORT_BASE, SLURM_PORT_SPAN
+from loadertop.core.engine.nodes.launch import SLURM_PORT_BASE, SLURM_PORT_SPAN
 
 ARGS = ["--headless", "--workers", "0,1", "--trial-seconds", "1", "--no-transport"]
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")

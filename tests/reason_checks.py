@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from loadertop.core.engine.band import merge_repeats, noise_band
-from loadertop.core.engine.knee import curve_of
+from loadertop.core.engine.verdict.band import merge_repeats, noise_band
+from loadertop.core.engine.verdict.knee import curve_of
 from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.results import SweepResult, TrialResult
 

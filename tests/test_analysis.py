@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from loadertop.core.engine.analysis import analyze, snippet
-from loadertop.core.engine.band import noise_band
-from loadertop.core.engine.reasons import trial_reason
+from loadertop.core.engine.verdict.analysis import analyze, snippet
+from loadertop.core.engine.verdict.band import noise_band
+from loadertop.core.engine.verdict.reasons import trial_reason
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Knee, MachineInfo, TrialResult
 
@@ -428,7 +428,7 @@ def test_trial_reason_failed_and_skipped_show_error():
 
 def test_analysis_imports_no_ui_or_torch():
     code = (
-        "import sys, loadertop.core.engine.analysis; "
+        "import sys, loadertop.core.engine.verdict.analysis; "
         "bad = [m for m in ('torch', 'textual', 'rich', 'plotext') if m in sys.modules]; "
         "print(','.join(bad))"
     )

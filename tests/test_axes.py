@@ -14,8 +14,8 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DistributedSampler, RandomSampler, SequentialSampler
 
-from loadertop.core.engine.analysis import snippet
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.verdict.analysis import snippet
 from loadertop.core.model.config import Settings, TrialConfig, default_start_method, zero_worker_conflicts
 from loadertop.core.trial.loader import EpochControl, build_loader
 from loadertop.core.trial.measure import MeasuredLoop

@@ -11,8 +11,8 @@ import pytest
 
 import loadertop
 from loadertop.core.datasets.fixes import fix_for, same_error
-from loadertop.core.engine.data_stop import SameFailure
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.data_stop import SameFailure
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import DataError, Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Notice
 from loadertop.core.model.results import Ceiling, TrialResult

@@ -11,7 +11,7 @@ import torch
 from loadertop.core.datasets.errors import SpecError
 from loadertop.core.datasets.imagefolder import ImageFolderDataset, make_image_folder, scan
 from loadertop.core.datasets.spec import load_dataset
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import Notice, TrialFinished
 from loadertop.core.trial.sharding import ShardCheck, sample_fingerprints

@@ -15,9 +15,9 @@ import psutil
 import pytest
 from procs import Family, alive, start_loadertop, wait_for
 
-import loadertop.core.engine.runfolder as runfolder
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.runfolder import TRIALS, read_result, read_trials, read_trials_strict, write_atomic
+import loadertop.core.engine.report.runfolder as runfolder
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.report.runfolder import TRIALS, read_result, read_trials, read_trials_strict, write_atomic
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialStarted
 from loadertop.core.model.results import TrialResult

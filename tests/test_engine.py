@@ -10,8 +10,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.runfolder import read_trials
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.report.runfolder import read_trials
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import (
     ProbeSample,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from procs import FAULTS, Family, start_loadertop
 
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import SweepResult
 

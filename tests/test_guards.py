@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from procs import FAULTS, Family
 
-import loadertop.core.engine.driver as driver
-from loadertop.core.engine.driver import Sweep
+import loadertop.core.engine.drive.driver as driver
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.machine.free_memory import cgroup_memory_limit_mb, read_free_mb
 from loadertop.core.machine.guards import (
     MemoryGuard,

@@ -64,7 +64,7 @@ def test_import_contracts_hold() -> None:
 
 @pytest.mark.unit
 def test_core_modules_found() -> None:
-    assert "loadertop.core.engine.driver" in OWN_PROCESS and "loadertop.core.trial.runner" in CORE_MODULES
+    assert "loadertop.core.engine.drive.driver" in OWN_PROCESS and "loadertop.core.trial.runner" in CORE_MODULES
     assert len(OWN_PROCESS) >= 10
 
 

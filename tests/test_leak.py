@@ -1,4 +1,4 @@
-"""Leak detection (engine/live/leak.py): synthetic USS series, the false-alarm rate over many flat noisy workers,
+"""Leak detection (engine/verdict/leak.py): synthetic USS series, the false-alarm rate over many flat noisy workers,
 and a real job whose workers grow by copy-on-read (a list of dicts) next to one that does not (a numpy array)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from live_fakes import loader_jobs
 
 from loadertop.core.engine import LeakConfig, open_session
-from loadertop.core.engine.live.leak import LeakDetector, duration_text, fit_slope, leak_warning
+from loadertop.core.engine.verdict.leak import LeakDetector, duration_text, fit_slope, leak_warning
 
 FAST = LeakConfig(warmup_s=0.0)
 

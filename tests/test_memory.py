@@ -1,5 +1,6 @@
-"""A trial's memory as the engine judges it once (engine/memory.py), and as the TUI's model then shows it: each of
-the running trial's own workers only, slopes over its steady window only, and rows whose memory was read alone."""
+"""A trial's memory as the engine judges it once (engine/verdict/memory.py), and as the TUI's model then shows it:
+each of the running trial's own workers only, slopes over its steady window only, and rows whose memory was read
+alone."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from typing import Any
 import pytest
 
 from loadertop.core.engine import build_report
-from loadertop.core.engine.band import merge_repeats
-from loadertop.core.engine.live.leak import judge
-from loadertop.core.engine.memory import TRIAL_LEAK, live_figures, memory_run, window_figures
+from loadertop.core.engine.verdict.band import merge_repeats
+from loadertop.core.engine.verdict.leak import judge
+from loadertop.core.engine.verdict.memory import TRIAL_LEAK, live_figures, memory_run, window_figures
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import ProbeSample, TrialLaunched, TrialStarted, WorkerSample
 from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult

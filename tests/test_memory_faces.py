@@ -1,6 +1,6 @@
 """One live trial's memory through both faces: a real sweep (real DataLoader workers whose USS climbs), its event
 stream drawn by the TUI's memory pane and printed by the headless reporter. Both render the engine's figures
-(engine/memory.py), so they must agree: the same workers, USS, slopes and ⚠, live and in the result."""
+(engine/verdict/memory.py), so they must agree: the same workers, USS, slopes and ⚠, live and in the result."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from test_protocol import _FIELDS
 
 from loadertop.core.engine import Launch
-from loadertop.core.engine.nodes_merge import node_trial
+from loadertop.core.engine.nodes.merge import node_trial
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.node_protocol import (
     KINDS,

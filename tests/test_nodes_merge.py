@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadertop.core.engine.nodes_merge import merge_nodes
+from loadertop.core.engine.nodes.merge import merge_nodes
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import TrialResult

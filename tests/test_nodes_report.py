@@ -1,5 +1,5 @@
 """A many-node result through the engine's report and the text faces: the per-node rows, the rank that paces the job
-and what it costs, computed once (engine/nodes_report.py) and printed the same by headless, Markdown and CSV.
+and what it costs, computed once (engine/nodes/node_rows.py) and printed the same by headless, Markdown and CSV.
 
 The two-node result is made from the recorded one-node run (tests/data/recorded_result.json): node 1 measured every
 configuration 18% slower, node 0 as recorded; merge_nodes and the engine's conclusion then run for real."""
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from loadertop.core.engine import build_report
-from loadertop.core.engine.export import markdown, write_csv
-from loadertop.core.engine.nodes_merge import merge_nodes
-from loadertop.core.engine.outcome import conclude
+from loadertop.core.engine.nodes.merge import merge_nodes
+from loadertop.core.engine.report.export import markdown, write_csv
+from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import SweepResult, TrialResult
 from loadertop.headless import Reporter, trial_line
@@ -167,7 +167,7 @@ def test_the_benchmark_reads_the_result_json_contract() -> None:
 
 
 def test_a_gap_inside_the_trials_spread_is_not_a_slow_node() -> None:
-    from loadertop.core.engine.nodes_report import pacing
+    from loadertop.core.engine.nodes.node_rows import pacing
 
     t = ONE_NODE.trials[2]
     close = dataclasses.replace(t, samples_per_s=(t.samples_per_s or 0.0) * 0.96)

@@ -1,4 +1,4 @@
-"""The noise behind the band (engine/band.py Noise): run-to-run disagreement between repeats widens it, repeats
+"""The noise behind the band (engine/verdict/band.py Noise): run-to-run disagreement between repeats widens it, repeats
 narrow it, and the recommendation's equivalence set follows. The head-to-head finalists that produce the repeats
 are tested on model machines in tests/test_sim.py."""
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 from test_analysis import SATURATING, SETTINGS, curve, machine, trial
 
-from loadertop.core.engine.analysis import analyze
-from loadertop.core.engine.band import Noise
+from loadertop.core.engine.verdict.analysis import analyze
+from loadertop.core.engine.verdict.band import Noise
 
 pytestmark = pytest.mark.unit
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import SweepFinished, TrialFinished, TrialStarted
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult

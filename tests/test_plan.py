@@ -11,8 +11,8 @@ import pytest
 
 import loadertop
 from loadertop.cli import build_parser, settings_from_args
-from loadertop.core.engine import api
-from loadertop.core.engine.search import make_planner
+from loadertop.core.engine.drive import api
+from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, UsageError, adaptive_cap, auto_workers
 

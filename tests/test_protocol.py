@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadertop.core.engine.ceilings import measure_ceilings
-from loadertop.core.engine.runner_link import start_runner
-from loadertop.core.engine.trial_watch import TrialWatch
+from loadertop.core.engine.drive.ceiling_requests import measure_ceilings
+from loadertop.core.engine.drive.runner_link import start_runner
+from loadertop.core.engine.drive.trial_watch import TrialWatch
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, Notice, TrialLaunched, TrialProgress, TrialStarted
 from loadertop.core.model.protocol import (

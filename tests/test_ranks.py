@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.rank_notes import processes, ranks_note, rule_of_thumb, with_notes
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.nodes.rank_notes import processes, ranks_note, rule_of_thumb, with_notes
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialProgress
 from loadertop.core.model.protocol import Finished

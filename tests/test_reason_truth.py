@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from reason_checks import contradictions
 
-from loadertop.core.engine.bound import CPU_BOUND, IO_BOUND, LOADER_BOUND, bound_of
-from loadertop.core.engine.outcome import conclude
-from loadertop.core.engine.report import build_report
+from loadertop.core.engine.report.rows import build_report
+from loadertop.core.engine.verdict.bound import CPU_BOUND, IO_BOUND, LOADER_BOUND, bound_of
+from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Knee, MachineInfo, SweepResult, TrialResult
 

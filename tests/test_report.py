@@ -19,8 +19,8 @@ import pytest
 from tui_fakes import FakeSweep, FakeSweepFactory, cell, sync, wait_until
 
 from loadertop.core.engine import HEADERS, Report, build_report, num, pct
-from loadertop.core.engine.export import markdown, write_csv
-from loadertop.core.engine.outcome import conclude
+from loadertop.core.engine.report.export import markdown, write_csv
+from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.curves import curve_key
 from loadertop.core.model.events import Event, SweepFinished, SweepStarted, TrialFinished, TrialStarted

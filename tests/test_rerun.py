@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.outcome import conclude
-from loadertop.core.engine.rerun import Evidence, fold_rerun, merge_ceilings, merge_trials
-from loadertop.core.engine.search import make_planner
-from loadertop.core.engine.usl import fit_usl
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.search.adaptive import make_planner
+from loadertop.core.engine.verdict.outcome import conclude
+from loadertop.core.engine.verdict.rerun import Evidence, fold_rerun, merge_ceilings, merge_trials
+from loadertop.core.engine.verdict.usl import fit_usl
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loadertop.core.engine import read_run, read_settings
-from loadertop.core.engine.runfolder import read_result
+from loadertop.core.engine.report.runfolder import read_result
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.results import RESULT_VERSION, SweepResult
 

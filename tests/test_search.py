@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from loadertop.core.engine.analysis import analyze
-from loadertop.core.engine.band import merge_repeats, noise_band
-from loadertop.core.engine.planners import GridPlanner
-from loadertop.core.engine.search import AdaptivePlanner, make_planner
+from loadertop.core.engine.search.adaptive import AdaptivePlanner, make_planner
+from loadertop.core.engine.search.planners import GridPlanner
+from loadertop.core.engine.verdict.analysis import analyze
+from loadertop.core.engine.verdict.band import merge_repeats, noise_band
 from loadertop.core.model.config import Settings, TrialConfig, auto_counts
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult, UslFit
 
@@ -114,7 +114,7 @@ def test_cpu_bound_climbs_the_ladder_then_bisects_down_to_the_wall_and_repeats_f
     repeated = {t.config.num_workers for t in trials if sum(u.config == t.config for u in trials) == 2}
     assert 3 in repeated and len(repeated) == 2
     # of 33 configurations; 4 workers past 2 saturated CPUs gained +33% on one run: 2 and 4 measured again before
-    # the climb went on (engine/saturation.py)
+    # the climb went on (engine/search/saturation.py)
     assert len(trials) <= 11
     assert workers(trials)[4:6] == [2, 4] and any("significant win" in s.message for s in planner.trace)
     assert phases(planner)[0] == "plan" and phases(planner)[-1] == "done"
@@ -317,8 +317,8 @@ def test_a_wildly_unsettled_rung_does_not_turn_a_big_gain_into_noise():
 
     planner = AdaptivePlanner(settings())
     counts = workers(drive(planner, busy))
-    # 4 gains 33% over 2 past 2 saturated CPUs: measured again with 2 (engine/saturation.py), the gain holds over the
-    # runs (their disagreement, not 2's ±62% block spread, is the noise), and the climb goes on past it
+    # 4 gains 33% over 2 past 2 saturated CPUs: measured again with 2 (engine/search/saturation.py), the gain holds
+    # over the runs (their disagreement, not 2's ±62% block spread, is the noise), and the climb goes on past it
     assert counts[:7] == [0, 1, 2, 4, 2, 4, 5]
     assert any("significant win" in s.message for s in planner.trace)
     assert not any("flat within" in s.message for s in planner.trace)
@@ -332,7 +332,7 @@ def test_planned_shrinks_as_the_search_learns():
     planner = AdaptivePlanner(settings())
     assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4, 8, 16, 32]
     drive(planner, cpu_bound)
-    # (10 trials proposed: 2 of them the repeats of 2 and 4 past the 2 saturated CPUs, engine/saturation.py)
+    # (10 trials proposed: 2 of them the repeats of 2 and 4 past the 2 saturated CPUs, engine/search/saturation.py)
     assert len(planner.planned()) <= 11 and all(isinstance(c, TrialConfig) for c in planner.planned())
 
 
@@ -441,7 +441,7 @@ def test_cli_search_choices():
 
 
 def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
-    from loadertop.core.engine.driver import Sweep
+    from loadertop.core.engine.drive.driver import Sweep
     from loadertop.core.model.events import Notice, SweepFinished
 
     # Workers wait 10 ms per sample (I/O-like); the consumer sleeps 8 ms per batch of 16: a 2000 samples/s ceiling.
@@ -491,7 +491,7 @@ def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
 
 @pytest.mark.unit
 def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
-    from loadertop.core.engine.reasons import annotate
+    from loadertop.core.engine.verdict.reasons import annotate
 
     a = TrialConfig(2, 32, 2, False, False, "fork")
     b = TrialConfig(4, 32, 2, False, False, "fork")
@@ -511,7 +511,7 @@ def test_annotate_marks_repeats_ceiling_share_and_memory_failures():
 
 @pytest.mark.unit
 def test_rule_notes_say_what_each_knee_rule_found_and_which_chose():
-    from loadertop.core.engine.analysis import rule_notes
+    from loadertop.core.engine.verdict.analysis import rule_notes
     from loadertop.core.model.results import Knee
 
     knee = Knee(4, "kneedle", "gains flatten at 4 workers", kneedle=4, noise_band=6)
@@ -527,7 +527,7 @@ def test_real_contended_curve_finds_the_peak_region_and_does_not_climb_to_the_to
     runs: Path, no_leftovers: None
 ) -> None:
     from loadertop.core.datasets.synthetic import parse_synthetic
-    from loadertop.core.engine.driver import Sweep
+    from loadertop.core.engine.drive.driver import Sweep
 
     # Workers contend as a big machine's do (USL σ=0.02, κ=0.00245: the peak at 20 workers, falling after it) while
     # only sleeping, so the curve shows on 2 cores. The range goes to 40: a search that ignored the peak would climb

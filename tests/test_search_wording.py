@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 import pytest
 
-from loadertop.core.engine.band import Noise
-from loadertop.core.engine.finalists import _verdict
-from loadertop.core.engine.search import AdaptivePlanner
+from loadertop.core.engine.search.adaptive import AdaptivePlanner
+from loadertop.core.engine.search.finalists import _verdict
+from loadertop.core.engine.verdict.band import Noise
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult
 

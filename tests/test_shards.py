@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader, IterableDataset, default_collate, get_w
 
 from loadertop.core.datasets.errors import SpecError
 from loadertop.core.datasets.spec import load_dataset
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.trial.shard_counts import CountingCollate, idle_warning, set_epoch_warning, shard_warning
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from procs import FAULTS, Family, start_loadertop, wait_for
 
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.runfolder import read_result, read_trials
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.report.runfolder import read_result, read_trials
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialStarted
 

@@ -10,8 +10,8 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, WeightedRandomSampler
 
 from loadertop.core.datasets.spec import check_dataset
-from loadertop.core.engine.outcome import conclude
-from loadertop.core.engine.snippet import UserArgs, snippet
+from loadertop.core.engine.verdict.outcome import conclude
+from loadertop.core.engine.verdict.snippet import UserArgs, snippet
 from loadertop.core.job.resume import current_config, user_args
 from loadertop.core.job.tune_plan import Tuner, tune_settings
 from loadertop.core.model.arg_text import loader_arg_texts

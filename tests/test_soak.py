@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 from procs import Family
 
-from loadertop.core.engine.driver import Sweep
+from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialFinished
 

@@ -3,7 +3,7 @@ against the search trace and the trials. "Try a wider --workers range" only when
 and won; a stop on a model, a ceiling, a budget or a fault says so, with its number.
 
 The real AdaptivePlanner is driven against small deterministic curves (no processes); the conclusion is the real
-one (engine/outcome.py conclude)."""
+one (engine/verdict/outcome.py conclude)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from collections.abc import Callable
 
 import pytest
 
-from loadertop.core.engine.band import merge_repeats
-from loadertop.core.engine.outcome import conclude
-from loadertop.core.engine.search import AdaptivePlanner
-from loadertop.core.engine.stops import (
+from loadertop.core.engine.search.adaptive import AdaptivePlanner
+from loadertop.core.engine.verdict.band import merge_repeats
+from loadertop.core.engine.verdict.outcome import conclude
+from loadertop.core.engine.verdict.stops import (
     CEILING,
     FAULT,
     FLAT,

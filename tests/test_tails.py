@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from test_analysis import machine, trial
 
-from loadertop.core.engine.analysis import analyze
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.export import markdown, write_csv
-from loadertop.core.engine.reasons import annotate
-from loadertop.core.engine.report import build_report
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.report.export import markdown, write_csv
+from loadertop.core.engine.report.rows import build_report
+from loadertop.core.engine.verdict.analysis import analyze
+from loadertop.core.engine.verdict.reasons import annotate
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Finished, decode, encode
 from loadertop.core.model.results import GpuInfo, SweepResult, TrialResult

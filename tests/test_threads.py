@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.core.engine.analysis import analyze, snippet
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.reasons import oversubscribed, trial_reason
-from loadertop.core.engine.report import config_cells
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.report.rows import config_cells
+from loadertop.core.engine.verdict.analysis import analyze, snippet
+from loadertop.core.engine.verdict.reasons import oversubscribed, trial_reason
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult
 

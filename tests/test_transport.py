@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-from loadertop.core.engine.transport import transport_phrase, transport_reason, transport_stop
+from loadertop.core.engine.verdict.transport_bound import transport_phrase, transport_reason, transport_stop
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import TransportMeasured, decode, encode
 from loadertop.core.model.results import Ceiling, SweepResult, TrialResult
@@ -102,7 +102,7 @@ def test_the_climb_stops_where_no_rung_above_hands_over_more() -> None:
 
 
 def test_a_float32_image_dataset_is_reported_transport_bound_end_to_end(runs: Path, no_leftovers: None) -> None:
-    from loadertop.core.engine.driver import Sweep
+    from loadertop.core.engine.drive.driver import Sweep
 
     s = Settings(
         dataset=f"{DATA}/transport_shapes.py:f32_224",
@@ -135,7 +135,7 @@ def test_a_float32_image_dataset_is_reported_transport_bound_end_to_end(runs: Pa
 
 
 def test_transport_is_measured_only_when_asked(runs: Path, no_leftovers: None) -> None:
-    from loadertop.core.engine.driver import Sweep
+    from loadertop.core.engine.drive.driver import Sweep
 
     s = Settings(dataset="synthetic", workers=(0,), trial_seconds=1.0, block_seconds=0.1, search="grid")
     sweep = Sweep(s, out_dir=runs)

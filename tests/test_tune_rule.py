@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from loadertop.core.engine.analysis import analyze
+from loadertop.core.engine.verdict.analysis import analyze
 from loadertop.core.job.tune_plan import Tuner, tune_settings
 from loadertop.core.model.config import TrialConfig, adaptive_cap
 from loadertop.core.model.results import TrialResult

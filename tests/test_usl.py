@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from loadertop.core.engine.usl import fit_curve, fit_usl, past_peak, trusted, usl, workers_to_reach
+from loadertop.core.engine.verdict.usl import fit_curve, fit_usl, past_peak, trusted, usl, workers_to_reach
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 

@@ -22,7 +22,7 @@ from typing import Any, ParamSpec
 
 from textual.pilot import Pilot
 
-from loadertop.core.engine.memory import live_figures, window_figures
+from loadertop.core.engine.verdict.memory import live_figures, window_figures
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import (
     Event,

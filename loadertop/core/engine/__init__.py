@@ -1,14 +1,15 @@
 """The engine: runs in loadertop's own process, never imports torch. Its public API is what this module exports;
 the faces (CLI, headless, TUI) use these names only (an import-linter contract in pyproject.toml says so)."""
 
-from loadertop.core.engine.api import sweep
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.export import write_csv, write_json, write_markdown
+from loadertop.core.engine.drive.api import sweep
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.drive.settings import build_settings
 from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, open_session
-from loadertop.core.engine.nodes_env import Launch, detect_launch
-from loadertop.core.engine.nodes_link import NodeLink
-from loadertop.core.engine.progress import TrialCount
-from loadertop.core.engine.report import (
+from loadertop.core.engine.nodes.launch import Launch, detect_launch
+from loadertop.core.engine.nodes.node_link import NodeLink
+from loadertop.core.engine.report.export import write_csv, write_json, write_markdown
+from loadertop.core.engine.report.progress import TrialCount
+from loadertop.core.engine.report.rows import (
     FOOTNOTE,
     HEADERS,
     Report,
@@ -18,8 +19,7 @@ from loadertop.core.engine.report import (
     num,
     ordered,
 )
-from loadertop.core.engine.runfolder import read_run, read_settings, read_trials_strict
-from loadertop.core.engine.settings import build_settings
+from loadertop.core.engine.report.runfolder import read_run, read_settings, read_trials_strict
 from loadertop.core.engine.wording import pct
 
 __all__ = [

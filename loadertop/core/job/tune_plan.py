@@ -1,6 +1,6 @@
 """What `loadertop.tune` tries next and what it settles on: the sweep's own adaptive planner and recommendation
-(engine/analysis.py `analyze`: the band rule of engine/band.py, and the sweep's reason), fed with what the training
-loop measured.
+(engine/verdict/analysis.py `analyze`: the band rule of engine/verdict/band.py, and the sweep's reason), fed with what
+the training loop measured.
 
 Two phases: the planner climbs num_workers (the user's prefetch_factor and pin_memory) as far as the sweep would,
 bisects and repeats the finalists; then the other knobs are tried at the worker count the rule keeps, one at a time,
@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import analyze
-from loadertop.core.engine.band import noise_band
-from loadertop.core.engine.search import AdaptivePlanner
-from loadertop.core.engine.snippet import UserArgs, snippet
-from loadertop.core.engine.stops import BUDGET, Stop
+from loadertop.core.engine.search.adaptive import AdaptivePlanner
+from loadertop.core.engine.verdict.analysis import analyze
+from loadertop.core.engine.verdict.band import noise_band
+from loadertop.core.engine.verdict.snippet import UserArgs, snippet
+from loadertop.core.engine.verdict.stops import BUDGET, Stop
 from loadertop.core.engine.wording import pct
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe

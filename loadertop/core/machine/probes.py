@@ -326,7 +326,7 @@ class WindowStats:
 
     samples: int
     worker_pids: tuple[int, ...]
-    worker_uss_mb: tuple[float, ...]  # median of the known USS readings (slopes: engine/memory.py)
+    worker_uss_mb: tuple[float, ...]  # median of the known USS readings (slopes: engine/verdict/memory.py)
     total_pss_mb: float | None  # median
     parked_beside: int  # the most processes of other parked trials seen beside it at a memory read
     rss_mb: float | None  # median

@@ -72,7 +72,8 @@ class GpuSample:
 
 @dataclass(frozen=True)
 class WorkerUss:
-    """One worker of the running trial, judged by the engine (engine/memory.py) over the trial's steady window."""
+    """One worker of the running trial, judged by the engine (engine/verdict/memory.py) over the trial's steady
+    window."""
 
     pid: int
     uss_mb: float | None  # the last known reading

@@ -2,9 +2,9 @@
 
 A many-node sweep runs one loadertop agent per node (torchrun or srun starts them); node 0 plans and shows, the
 others measure the same trial at the same moment and send node 0 their `TrialResult`. Node 0 merges them
-(engine/nodes_merge.py) into one trial whose `samples_per_s` is the job's throughput as DDP sees it: every rank
+(engine/nodes/merge.py) into one trial whose `samples_per_s` is the job's throughput as DDP sees it: every rank
 paced by the slowest, so world ranks × the slowest rank's samples/s. These records are what it keeps per node
-(engine/nodes_merge.py's `node_trial` makes one of a node's TrialResult: model/ never imports results here).
+(engine/nodes/merge.py's `node_trial` makes one of a node's TrialResult: model/ never imports results here).
 """
 
 from __future__ import annotations

@@ -215,7 +215,7 @@ class Failed:
     TYPE: ClassVar[str] = "failed"
     error: str
     # Raised from outside loadertop (the dataset, its collate, the user's step, torch): the data path's own
-    # failure, which the sweep stops on when it repeats (engine/data_stop.py); not loadertop's (no clean block).
+    # failure, which the sweep stops on when it repeats (engine/drive/data_stop.py); not loadertop's (no clean block).
     data: bool = False
 
 

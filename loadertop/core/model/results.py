@@ -70,7 +70,7 @@ class TrialResult:
     stall_fraction: float | None = None  # time blocked in next() / (blocked + consumer step)
     worker_uss_mb: tuple[float, ...] = ()  # per worker, median over the steady window
     worker_uss_slope_mb_per_min: tuple[float | None, ...] = ()  # MB/min per worker; None where unfit
-    worker_uss_climbing: tuple[bool, ...] = ()  # per worker: its USS climbs steadily (engine/memory.py)
+    worker_uss_climbing: tuple[bool, ...] = ()  # per worker: its USS climbs steadily (engine/verdict/memory.py)
     leak: str | None = None  # the sentence when a worker's USS climbs (copy-on-read?), else None
     total_pss_mb: float | None = None  # main + workers, proportional share of shared pages
     # Processes of other parked trials (the finalists' pools) alive while this run's memory was read. 0: read
@@ -163,7 +163,7 @@ class Ceiling:
     note: str = ""
     spread: float | None = None
     # "consumer", or "transport": what workers can hand over at `num_workers` (a null dataset with the dataset's
-    # own batch structure, engine/transport.py); the fields below are the transport ceiling's.
+    # own batch structure, engine/verdict/transport_bound.py); the fields below are the transport ceiling's.
     kind: str = "consumer"
     num_workers: int | None = None
     pin_memory: bool | None = None
@@ -206,7 +206,7 @@ class SearchStep:
     phase: str  # "plan", "climb", "stop", "refine", "knobs", "repeat", "done", "rerun"
     message: str
     config: str | None = None  # the label of the configuration it chose, if any
-    # How the climb stopped, on its "stop" step (engine/stops.py names the kinds: top, peak, ceiling, transport,
+    # How the climb stopped, on its "stop" step (engine/verdict/stops.py names the kinds: top, peak, ceiling, transport,
     # flat, saturated, memory, fault), the rung it stopped at and the number behind it (N*, the ceiling's
     # samples/s, the most workers the memory budget allows): what the recommendation's reason says, unparsed.
     stop: str | None = None

@@ -1,6 +1,6 @@
 """Many nodes: one loadertop agent per node of a torchrun or srun launch, joined over torch.distributed's c10d store.
 
-    launch = detect_launch(os.environ)         # engine/nodes_env.py (no torch)
+    launch = detect_launch(os.environ)         # engine/nodes/launch.py (no torch)
     settings, link = join_nodes(settings, launch)
     Sweep(settings, nodes=link)                # node 0 plans and shows; the others follow, headless
 

@@ -1,4 +1,4 @@
-"""The engine's NodeLink (engine/nodes_link.py) over the c10d store: trials sent out, results sent back, heartbeats.
+"""The engine's NodeLink (engine/nodes/node_link.py) over the c10d store: trials out, results back, heartbeats.
 
 Keys (under the store's prefix), each holding one message of model/node_protocol.py: `ready/I/K` node K is ready
 for trial I (NodeReady); `trial/I` node 0's trial I (TrialOut, its config None: the sweep ended); `result/I/K` node
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loadertop.core.engine import Launch
-from loadertop.core.engine.nodes_merge import merge_nodes
+from loadertop.core.engine.nodes.merge import merge_nodes
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.node_protocol import (
     NodeBye,

@@ -1,5 +1,5 @@
 """The ceilings' forked half: the consumer alone on a cached batch, then the transport (trial/transport.py);
-engine/ceilings.py asks for them.
+engine/drive/ceiling_requests.py asks for them.
 
 Runs in a process the runner forks, like a trial; imports torch.
 """

@@ -1,6 +1,6 @@
 """Workers kept between the runs of one configuration, so its repeats do not pay their start-up again.
 
-The finalists' head-to-head (engine/finalists.py) measures two configurations alternately, A B A B ...; each run
+The finalists' head-to-head (engine/search/finalists.py) measures two configurations alternately, A B A B ...; each run
 used to fork a fresh trial, whose workers start (seconds at 64 workers, far longer with spawn) before anything is
 measured. A trial asked to `park` (TrialRequest.park) measures as usual, then waits with its DataLoader workers
 idle; the next request for the same configuration measures again on them. Idle workers block on their index queue

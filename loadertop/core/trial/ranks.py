@@ -7,7 +7,7 @@ sharded with DistributedSampler unless the factory brings its own sampler. The r
 and measure over the same window, so the contention between them is in the numbers. Rank 0 reports: throughput
 summed over ranks, every rank's processes for the probes.
 
-The advice on ranks (rule of thumb, notes) is the engine's: engine/rank_notes.py.
+The advice on ranks (rule of thumb, notes) is the engine's: engine/nodes/rank_notes.py.
 """
 
 from __future__ import annotations

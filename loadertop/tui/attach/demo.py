@@ -14,7 +14,7 @@ from loadertop.core.model.live import LiveSnapshot, LiveWorker
 
 DEMO_PID = 48213
 DEMO_COMMAND = "python train.py --epochs 20 --batch-size 64 --data /data/imagenet-mini"
-LEAK = (  # as the engine words it (engine/live/leak.py)
+LEAK = (  # as the engine words it (engine/verdict/leak.py)
     "1 worker grows 38 MB/min; at this rate it exhausts the 22.0 GiB available in 9 h 53 min. Likely cause: "
     "copy-on-read of Python objects (lists/dicts of samples) in the workers; fix: keep samples in numpy arrays or "
     "tensors (see docs/attach.md)"

@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 
 from loadertop.core.engine.live.client import JobClient
-from loadertop.core.engine.live.leak import LeakConfig, LeakDetector
 from loadertop.core.engine.live.snapshot import Interval, MessageFold, gpu_util, job_gpus
 from loadertop.core.engine.live.target import AttachError, Target, dataloader_workers, resolve
+from loadertop.core.engine.verdict.leak import LeakConfig, LeakDetector
 from loadertop.core.machine.free_memory import free_mb, read_free_mb
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.probes import Probes

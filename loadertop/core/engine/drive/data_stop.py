@@ -14,7 +14,7 @@ from loadertop.core.datasets.fixes import bad_data, is_resource, same_error
 from loadertop.core.model.config import DataError
 from loadertop.core.model.results import Ceiling, TrialResult
 
-_NOT_MEASURED = "not measured ("  # engine/ceilings.py: how a ceiling that failed says why
+_NOT_MEASURED = "not measured ("  # engine/drive/ceiling_requests.py: how a ceiling that failed says why
 
 
 class SameFailure:

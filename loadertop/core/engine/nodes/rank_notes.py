@@ -40,7 +40,7 @@ def with_notes(trial: TrialResult, ranks: int, usable_cpus: int) -> TrialResult:
     """The trial's reason, plus what it found wrong with the data and, with several ranks, the node's process
     count and each rank's share."""
     notes = list(trial.warnings)
-    # Many nodes: rank_samples_per_s holds every node's ranks, and nodes_report.pacing says what the slowest costs.
+    # Many nodes: rank_samples_per_s holds every node's ranks, and node_rows.pacing says what the slowest costs.
     if ranks > 1 and trial.status == "ok" and not trial.node_trials:
         total = processes(trial.config.num_workers, ranks)
         shares = " + ".join(f"{r:.0f}" for r in trial.rank_samples_per_s)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 
-from loadertop.core.engine.band import Noise, choose_merged, finished, merge_repeats, noise_band, within_band
+from loadertop.core.engine.verdict.band import Noise, choose_merged, finished, merge_repeats, noise_band, within_band
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.results import Knee, TrialResult

@@ -2,7 +2,7 @@
 torch.distributed lives in loadertop/core/nodes/ and is handed to `Sweep(settings, nodes=link)`.
 
 Node 0's Sweep plans (its planner), sends each configuration to every node, runs it like any trial, then merges
-every node's result (engine/nodes_merge.py); the others' Sweeps take node 0's configurations instead of planning,
+every node's result (engine/nodes/merge.py); the others' Sweeps take node 0's configurations instead of planning,
 run them the same way, and send their results back. One driver loop for both, so probes, guards, the run folder and
 the faces work unchanged on every node.
 """

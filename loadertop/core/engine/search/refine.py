@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from loadertop.core.engine.band import choose, noise_band, within_band
-from loadertop.core.engine.usl import past_peak, trusted, workers_to_reach
+from loadertop.core.engine.verdict.band import choose, noise_band, within_band
+from loadertop.core.engine.verdict.usl import past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import sps, workers
 from loadertop.core.model.config import TrialConfig
 
 if TYPE_CHECKING:
-    from loadertop.core.engine.search import AdaptivePlanner
+    from loadertop.core.engine.search.adaptive import AdaptivePlanner
 
 # Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
 REFINE_PRECISION = 0.25

@@ -7,8 +7,8 @@ import io
 import json
 from pathlib import Path
 
-from loadertop.core.engine.report import HEADERS, Report, ReportRow, build_report
-from loadertop.core.engine.runfolder import write_atomic
+from loadertop.core.engine.report.rows import HEADERS, Report, ReportRow, build_report
+from loadertop.core.engine.report.runfolder import write_atomic
 from loadertop.core.model.results import SweepResult
 
 # The columns from when a line was a trial, kept by name; the report's additions at the end.
@@ -69,7 +69,7 @@ def csv_row(row: ReportRow, result: SweepResult) -> dict[str, object]:
         cpu_percent=row.cpu_percent,
         runs=" ".join(map(str, row.runs)),
         uss_per_worker_mb=row.uss_per_worker_mb,
-        total_pss_mb=row.pss_mb,  # the row's memory: a run read alone (engine/memory.py), not always the latest
+        total_pss_mb=row.pss_mb,  # the row's memory: a run read alone (engine/verdict/memory.py), not always the latest
         rss_mb=row.rss_mb,
         recommended=row.recommended,
         knee=row.knee,

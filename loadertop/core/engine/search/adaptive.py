@@ -11,7 +11,7 @@ What a planner is asked and the plain planners are in planners.py; the rungs in 
    above it when that one was slower beyond the noise (2 → 4 skips 3), unless the trusted fit puts the peak at
    the best rung; 3. then the other knobs' values (batch size, prefetch, ...) one at a time at the choice;
 4. measure the finalists again, alternately, on workers kept between their runs, until a sequential test decides
-   or a cap is reached (engine/finalists.py). A rung's trial stops once its decision is clear (_rung_decision).
+   or a cap is reached (engine/search/finalists.py). A rung's trial stops once its decision is clear (_rung_decision).
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import dataclasses
 import math
 from collections.abc import Iterator, Sequence
 
-from loadertop.core.engine.band import choose, merge_repeats, noise_band
-from loadertop.core.engine.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
-from loadertop.core.engine.planners import GridPlanner, Planner, RowRerun
-from loadertop.core.engine.refine import SearchOver, refine
-from loadertop.core.engine.rungs import at_least, ladder, memory_cap, top_above
-from loadertop.core.engine.saturation import confirm, saturated
-from loadertop.core.engine.stops import CEILING, FAULT, FLAT, MEMORY, PEAK, TOP, TRANSPORT, Stop
-from loadertop.core.engine.transport import consumer_ceilings, transport_stop
-from loadertop.core.engine.usl import fit_usl, past_peak, trusted, workers_to_reach
+from loadertop.core.engine.search.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
+from loadertop.core.engine.search.planners import GridPlanner, Planner, RowRerun
+from loadertop.core.engine.search.refine import SearchOver, refine
+from loadertop.core.engine.search.rungs import at_least, ladder, memory_cap, top_above
+from loadertop.core.engine.search.saturation import confirm, saturated
+from loadertop.core.engine.verdict.band import choose, merge_repeats, noise_band
+from loadertop.core.engine.verdict.stops import CEILING, FAULT, FLAT, MEMORY, PEAK, TOP, TRANSPORT, Stop
+from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_stop
+from loadertop.core.engine.verdict.usl import fit_usl, past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import cpu_text, pct, signed, sps, workers
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
@@ -162,7 +162,7 @@ class AdaptivePlanner:
                 return
             stop = self._stop_climbing(n, t)
             if stop is None and (prev := self._to_confirm(n, t)) is not None:
-                stop = yield from confirm(self, prev, t)  # engine/saturation.py: past saturated cores, repeats
+                stop = yield from confirm(self, prev, t)  # engine/search/saturation.py: past saturated cores, repeats
             if stop is not None:
                 self.trace.append(stop.step())
                 return
@@ -288,7 +288,7 @@ class AdaptivePlanner:
         self._projection = [self._at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
         return nxt
 
-    # -- 2. refine: engine/refine.py ----------------------------------------------------------------------
+    # -- 2. refine: engine/search/refine.py ----------------------------------------------------------------------
 
     def _refine(self) -> Iterator[TrialConfig]:
         return refine(self)
@@ -333,7 +333,7 @@ class AdaptivePlanner:
         grid = len(self.space) - sum(1 for c in self.space if c.num_workers not in fits)
         budget = min(MAX_REPEATS, share, grid - len(self._done) - 1)
         self._keep = True
-        yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/finalists.py
+        yield from duels(lambda: self._done, self.tol, self._note, budget)  # engine/search/finalists.py
 
     # -- helpers --------------------------------------------------------------------------------------------
 

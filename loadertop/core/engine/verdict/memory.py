@@ -12,7 +12,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from loadertop.core.engine.live.leak import LeakConfig, distinct, judge, leak_warning
+from loadertop.core.engine.verdict.leak import LeakConfig, distinct, judge, leak_warning
 from loadertop.core.model.events import ProbeSample, UssFigures, WorkerUss
 from loadertop.core.model.results import TrialResult
 

@@ -1,6 +1,6 @@
 """What bounds a trial, in one phrase from its measured evidence, and how it compares with the best of the sweep.
 
-Categories: epoch-bound (the epoch boundary takes a large share of the time), transport-bound (transport.py),
+Categories: epoch-bound (the epoch boundary takes a large share of the time), transport-bound (transport_bound.py),
 memory-bound (a guard or the OOM killer stopped it), else the CPU, consumer, main-process, I/O or loader bound that
 bound.py decides from the machine's CPU share (the one place that decides it)."""
 
@@ -10,9 +10,9 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from loadertop.core.engine.band import merge_repeats, noise_band
-from loadertop.core.engine.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of
-from loadertop.core.engine.transport import consumer_ceilings, transport_phrase
+from loadertop.core.engine.verdict.band import merge_repeats, noise_band
+from loadertop.core.engine.verdict.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of
+from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_phrase
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, on_curve
@@ -71,7 +71,7 @@ def trial_reason(
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
     the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
-    (engine/transport.py); `measured` (finished, repeats merged) is what its advice is checked against."""
+    (engine/verdict/transport_bound.py); `measured` (finished, repeats merged) is what its advice is checked against."""
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text

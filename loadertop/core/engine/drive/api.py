@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from loadertop.core.engine.driver import Sweep
-from loadertop.core.engine.settings import build_settings
+from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.drive.settings import build_settings
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.events import Event
 from loadertop.core.model.results import SweepResult

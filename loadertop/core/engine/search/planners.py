@@ -4,7 +4,7 @@ The driver asks `next(done)` before each trial until it answers None. `planned()
 displays); an adaptive strategy may grow or shrink it as it learns. `setup()` hands the planner the machine and the
 consumer's ceiling before the first trial; `take_notes()` returns its decisions since the last call, one line each,
 so the driver can put them in the event stream. `reruns_rows` says the sweep measures a few rows of a previous
-result again: its conclusion is that result with those rows replaced (engine/rerun.py)."""
+result again: its conclusion is that result with those rows replaced (engine/verdict/rerun.py)."""
 
 from __future__ import annotations
 

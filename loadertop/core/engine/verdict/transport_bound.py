@@ -3,13 +3,13 @@
 A trial is transport-bound when its batches/s reach TRANSPORT_BOUND of the transport ceiling at its worker count
 (or are within the noise band of it): the workers hand over about as many batches as this machine's DataLoader can
 hand over for this batch structure even when making them costs nothing, so more workers cannot help. The fixes named
-are those the measured structure points at (trial/transport.py measures; engine/ceilings.py collects)."""
+are those the measured structure points at (trial/transport.py measures; engine/drive/ceiling_requests.py collects)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loadertop.core.engine.band import noise_band
+from loadertop.core.engine.verdict.band import noise_band
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import Ceiling, TrialResult

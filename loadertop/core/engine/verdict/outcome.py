@@ -6,15 +6,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.analysis import analyze, rule_notes
-from loadertop.core.engine.knee import worker_curve
-from loadertop.core.engine.nodes_report import pacing
-from loadertop.core.engine.rank_notes import ranks_note, with_notes
-from loadertop.core.engine.reasons import annotate, has_cuda
-from loadertop.core.engine.rerun import Evidence, fold_rerun
-from loadertop.core.engine.snippet import UserArgs, snippet
-from loadertop.core.engine.stops import last_stop
-from loadertop.core.engine.usl import fit_curve
+from loadertop.core.engine.nodes.node_rows import pacing
+from loadertop.core.engine.nodes.rank_notes import ranks_note, with_notes
+from loadertop.core.engine.verdict.analysis import analyze, rule_notes
+from loadertop.core.engine.verdict.knee import worker_curve
+from loadertop.core.engine.verdict.reasons import annotate, has_cuda
+from loadertop.core.engine.verdict.rerun import Evidence, fold_rerun
+from loadertop.core.engine.verdict.snippet import UserArgs, snippet
+from loadertop.core.engine.verdict.stops import last_stop
+from loadertop.core.engine.verdict.usl import fit_curve
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
 
@@ -37,7 +37,7 @@ def conclude(
     rerun_of: SweepResult | None = None,
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
-    the same configurations and the whole table is judged again (engine/rerun.py). `loader_args`: the DataLoader
+    the same configurations and the whole table is judged again (engine/verdict/rerun.py). `loader_args`: the DataLoader
     arguments the dataset factory returned, as "name=text" (the snippet keeps them)."""
     evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
     if rerun_of is not None:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS
-from loadertop.core.engine.runner_link import RunnerProcess, log_tail
+from loadertop.core.engine.drive.runner_link import RunnerProcess, log_tail
 from loadertop.core.model.config import DataError, Settings, UsageError
 from loadertop.core.model.protocol import Checked, CheckRequest
 

@@ -1,6 +1,6 @@
 """What a many-node trial shows per node, and the sentence that says which rank paces the job and what it costs.
 
-Computed once here from the merged trial (engine/nodes_merge.py) and carried on the report's rows (report.py prints
+Computed once here from the merged trial (engine/nodes/merge.py) and carried on the report's rows (report/rows.py prints
 them), so the headless table, the Markdown, the CSV and the TUI's nodes pane show the same figures."""
 
 from __future__ import annotations

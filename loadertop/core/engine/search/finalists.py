@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from loadertop.core.engine.band import Noise, choose_merged, finished, merge_repeats
+from loadertop.core.engine.verdict.band import Noise, choose_merged, finished, merge_repeats
 from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult

@@ -10,19 +10,19 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from loadertop.core.engine.band import Noise, choose_merged, equivalent, finished, merge_repeats, noise_band
-from loadertop.core.engine.bound import (
+from loadertop.core.engine.verdict.band import Noise, choose_merged, equivalent, finished, merge_repeats, noise_band
+from loadertop.core.engine.verdict.bound import (
     CONSUMER_BOUND,
     CPU_BOUND,
     IO_BOUND,
     MAIN_BOUND,
     bound_of,
 )
-from loadertop.core.engine.knee import curve_of, drop_after_peak, knee
-from loadertop.core.engine.reasons import has_cuda, oversubscribed
-from loadertop.core.engine.snippet import snippet
-from loadertop.core.engine.stops import stop_clause
-from loadertop.core.engine.transport import transport_reason
+from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
+from loadertop.core.engine.verdict.reasons import has_cuda, oversubscribed
+from loadertop.core.engine.verdict.snippet import snippet
+from loadertop.core.engine.verdict.stops import stop_clause
+from loadertop.core.engine.verdict.transport_bound import transport_reason
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
@@ -38,7 +38,7 @@ def analyze(
     settings: Settings,
     machine: MachineInfo,
     ceilings: Sequence[Ceiling] = (),
-    stop: SearchStep | None = None,  # how the search's climb stopped (engine/stops.py last_stop); None for a grid
+    stop: SearchStep | None = None,  # how the search's climb stopped (verdict/stops.py last_stop); None for a grid
 ) -> tuple[Knee | None, Recommendation | None]:
     """The knee of the recommended configuration's worker curve, and the cheapest configuration within noise of
     the fastest. (None, None) when no trial finished with a throughput. Repeats of a configuration count once."""
@@ -291,7 +291,7 @@ def _still_rising_reason(
     rec: TrialResult, band: float, machine: MachineInfo, stop: SearchStep | None = None, top: int | None = None
 ) -> str:
     """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
-    the range (then, and only then, the range was too narrow), or how the search stopped (engine/stops.py)."""
+    the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py)."""
     bound = bound_of(rec, machine)  # the one label rule; rising while CPU-saturated is the loader's limit still
     if bound.kind == IO_BOUND:
         kind = IO_BOUND

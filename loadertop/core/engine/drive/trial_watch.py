@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
-from loadertop.core.engine.memory import live_figures, window_figures
+from loadertop.core.engine.verdict.memory import live_figures, window_figures
 from loadertop.core.machine.facts import shm_free_mb
 from loadertop.core.machine.guards import TrialMemory, shm_hint
 from loadertop.core.machine.probes import measured_pids, summarize_window
@@ -87,8 +87,8 @@ class TrialWatch:
         return True
 
     def with_figures(self, sample: ProbeSample, window: list[ProbeSample]) -> ProbeSample:
-        """A probe tick of this trial, with the engine's figures for its own workers (engine/memory.py); called on
-        the probe thread, with the window so far (frozen once the trial finished)."""
+        """A probe tick of this trial, with the engine's figures for its own workers (engine/verdict/memory.py);
+        called on the probe thread, with the window so far (frozen once the trial finished)."""
         if self.finished is not None:  # the window is closed: the figures its result will carry
             return replace(sample, uss=window_figures(window, measured_pids(window, self.worker_pids)))
         return replace(sample, uss=live_figures(sample, list(window), self.worker_pids))

@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from loadertop.core.engine.memory import own_memory
+from loadertop.core.engine.verdict.memory import own_memory
 from loadertop.core.engine.wording import sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
@@ -173,7 +173,7 @@ def _merged(runs: list[TrialResult]) -> TrialResult:
         blocks=sum(t.blocks for t in runs),
         measured_s=sum(t.measured_s for t in runs),
     )
-    return own_memory(merged, runs)  # memory from a run read alone (engine/memory.py)
+    return own_memory(merged, runs)  # memory from a run read alone (engine/verdict/memory.py)
 
 
 def _mean(values: list[float | None]) -> float | None:

@@ -18,7 +18,7 @@ from loadertop.core.model.results import Ceiling, SearchStep, SweepResult, Trial
 
 @dataclass(frozen=True)
 class Evidence:
-    """What a sweep's conclusion is drawn from (engine/outcome.py `conclude`)."""
+    """What a sweep's conclusion is drawn from (engine/verdict/outcome.py `conclude`)."""
 
     trials: tuple[TrialResult, ...]
     settings: Settings

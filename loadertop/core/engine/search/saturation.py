@@ -14,16 +14,16 @@ import math
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
-from loadertop.core.engine.band import BAND_CAP, Noise, finished, merge_repeats
-from loadertop.core.engine.bound import CPU_SATURATED
-from loadertop.core.engine.finalists import Z
-from loadertop.core.engine.stops import FAULT, SATURATED, Stop
+from loadertop.core.engine.search.finalists import Z
+from loadertop.core.engine.verdict.band import BAND_CAP, Noise, finished, merge_repeats
+from loadertop.core.engine.verdict.bound import CPU_SATURATED
+from loadertop.core.engine.verdict.stops import FAULT, SATURATED, Stop
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 
 if TYPE_CHECKING:
-    from loadertop.core.engine.search import AdaptivePlanner
+    from loadertop.core.engine.search.adaptive import AdaptivePlanner
 
 CONFIRM_RUNS = 3  # runs of each of the two rungs (the first included) before the doubt goes to fewer workers
 

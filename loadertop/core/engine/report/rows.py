@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from loadertop.core.engine.band import merge_repeats
-from loadertop.core.engine.nodes_report import NODE_COLUMNS, NODE_HEADERS, NodeRow, node_rows, pacing
+from loadertop.core.engine.nodes.node_rows import NODE_COLUMNS, NODE_HEADERS, NodeRow, node_rows, pacing
+from loadertop.core.engine.verdict.band import merge_repeats
 from loadertop.core.engine.wording import NONE, pct
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, family_key, on_curve
@@ -86,7 +86,7 @@ def config_cells(c: TrialConfig) -> dict[str, str]:
 class ReportRow:
     """One configuration. Throughput, spread, stall and CPU are over its finished runs (the analysis's merge, the
     figure the recommendation quotes); memory is its latest run read with no other pool parked beside it
-    (engine/memory.py: a parked pool splits PSS); first batch, epoch, data-wait tails and GPU are its latest
+    (engine/verdict/memory.py: a parked pool splits PSS); first batch, epoch, data-wait tails and GPU are its latest
     finished run's."""
 
     config: TrialConfig
@@ -114,7 +114,7 @@ class ReportRow:
     equivalent: bool  # within noise of the best on the recommendation's curve (the recommendation itself is not marked)
     change: float | None  # samples/s against the same configuration in the previous run
     in_previous: bool  # the previous run finished this configuration
-    # Many nodes (engine/nodes_report.py): each node's share of its latest run, the rank that paced it and what that
+    # Many nodes (engine/nodes/node_rows.py): each node's share of its latest run, the rank that paced it and what that
     # cost; empty on one node.
     nodes: tuple[NodeRow, ...] = ()
     slowest_rank: str | None = None

@@ -4,7 +4,8 @@
 
 The driver thread and the probes thread both feed one queue; `events()` drains it in order. Control
 methods (`cancel`, `stop_after_current`, `pause`, `resume`) are safe to call from any thread. The runner's
-messages (model/protocol.py) come through engine/runner_link.py; each trial's are handled by engine/trial_watch.py.
+messages (model/protocol.py) come through engine/drive/runner_link.py; each trial's are handled by
+engine/drive/trial_watch.py.
 """
 
 from __future__ import annotations
@@ -20,16 +21,16 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from loadertop.core.engine.ceilings import describe as describe_ceilings
-from loadertop.core.engine.ceilings import measure_ceilings
-from loadertop.core.engine.data_stop import SameFailure
-from loadertop.core.engine.dataset_check import check_dataset
-from loadertop.core.engine.nodes_link import NodeLink
-from loadertop.core.engine.outcome import conclude
-from loadertop.core.engine.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
-from loadertop.core.engine.runner_link import Cancelled, RunnerProcess, log_tail, start_runner
-from loadertop.core.engine.search import make_planner
-from loadertop.core.engine.trial_watch import TrialWatch
+from loadertop.core.engine.drive.ceiling_requests import describe as describe_ceilings
+from loadertop.core.engine.drive.ceiling_requests import measure_ceilings
+from loadertop.core.engine.drive.data_stop import SameFailure
+from loadertop.core.engine.drive.dataset_check import check_dataset
+from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, log_tail, start_runner
+from loadertop.core.engine.drive.trial_watch import TrialWatch
+from loadertop.core.engine.nodes.node_link import NodeLink
+from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
+from loadertop.core.engine.search.adaptive import make_planner
+from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.guards import (
@@ -60,7 +61,7 @@ class Sweep:
         nodes: NodeLink | None = None,
     ) -> None:
         self.settings = settings
-        self._nodes = nodes  # one node of a many-node sweep (nodes_link.py): node 0 plans, the others follow
+        self._nodes = nodes  # one node of a many-node sweep (nodes/node_link.py): node 0 plans, the others follow
         self.node_break: str | None = None  # why the many-node sweep stopped here (a node lost, node 0 said stop)
         self.previous = previous
         self.planner = make_planner(settings, only)
@@ -320,7 +321,7 @@ class Sweep:
         self._emit(SweepFinished(self.result))
 
     def _measure_ceilings(self, runner: RunnerProcess) -> tuple[Ceiling, ...]:
-        """The consumer alone on a cached batch, before the first trial (ceilings.py)."""
+        """The consumer alone on a cached batch, before the first trial (ceiling_requests.py)."""
         return measure_ceilings(
             runner.send, lambda limit, doing: runner.next(limit, doing, self._cancel), self.settings
         )

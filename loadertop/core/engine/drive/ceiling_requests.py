@@ -10,7 +10,7 @@ and that is what the result says (samples_per_s None) rather than a meaningless 
 
 The transport ceiling (trial/transport.py) is measured in the same process, after the consumer's: a null dataset
 with the first batch's structure through the same DataLoader settings, at 0, 1, 2, 4, 8 workers (capped by the
-range); engine/transport.py turns it into the "transport-bound" reasons and the search's stop.
+range); engine/verdict/transport_bound.py turns it into the "transport-bound" reasons and the search's stop.
 
 `measure_ceilings` runs in the driver (no torch); the forked half is trial/ceiling.py (imports torch).
 """

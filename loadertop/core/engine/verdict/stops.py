@@ -1,8 +1,9 @@
 """How the adaptive search's climb stopped, in a form the conclusion reads without parsing the trace's text.
 
 The climb's "stop" step (model/results.py SearchStep) carries its kind, the rung it stopped at and the number behind
-it. The recommendation's reason (engine/analysis.py) says "try a wider --workers range" only when the climb reached
-the top of the range still gaining; when a model, a ceiling, a budget or a fault stopped it, it says that instead."""
+it. The recommendation's reason (engine/verdict/analysis.py) says "try a wider --workers range" only when the climb
+reached the top of the range still gaining; when a model, a ceiling, a budget or a fault stopped it, it says that
+instead."""
 
 from __future__ import annotations
 
