@@ -21,7 +21,7 @@ from torch.utils.data import (
     default_convert,
 )
 
-from loadertop.core.engine.verdict.snippet import UserArgs
+from loadertop.core.engine.search import UserArgs
 from loadertop.core.model.arg_text import arg_text
 from loadertop.core.model.config import TrialConfig
 

@@ -1,6 +1,6 @@
 """What `loadertop.tune` tries next and what it settles on: the sweep's own adaptive planner and recommendation
 (engine/verdict/analysis.py `analyze`: the band rule of engine/verdict/band.py, and the sweep's reason), fed with what
-the training loop measured.
+the training loop measured. It takes them from the engine's search entry (engine/search/__init__.py).
 
 Two phases: the planner climbs num_workers (the user's prefetch_factor and pin_memory) as far as the sweep would,
 bisects and repeats the finalists; then the other knobs are tried at the worker count the rule keeps, one at a time,
@@ -16,12 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.search.adaptive import AdaptivePlanner
-from loadertop.core.engine.verdict.analysis import analyze
-from loadertop.core.engine.verdict.band import noise_band
-from loadertop.core.engine.verdict.snippet import UserArgs, snippet
-from loadertop.core.engine.verdict.stops import BUDGET, Stop
-from loadertop.core.engine.wording import pct
+from loadertop.core.engine.search import BUDGET, AdaptivePlanner, Stop, UserArgs, analyze, noise_band, pct, snippet
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import DEFAULT_PREFETCH, Settings, TrialConfig, adaptive_cap

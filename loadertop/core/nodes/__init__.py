@@ -14,7 +14,7 @@ import dataclasses
 import os
 import signal
 
-from loadertop.core.engine import Launch
+from loadertop.core.engine.nodes import Launch
 from loadertop.core.model.config import Settings
 from loadertop.core.nodes.join import join
 from loadertop.core.nodes.link import EXIT_LOST, EXIT_STOPPED, StoreLink

@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Any
 
-from loadertop.core.engine import Launch
+from loadertop.core.engine.nodes import Launch
 from loadertop.core.machine.facts import mem_available_mb, usable_cpus
 from loadertop.core.machine.guards import memory_total_mb
 from loadertop.core.model.config import Settings, UsageError, settings_options

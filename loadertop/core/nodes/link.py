@@ -16,8 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loadertop.core.engine import Launch
-from loadertop.core.engine.nodes.merge import merge_nodes
+from loadertop.core.engine.nodes import Launch, merge_nodes
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.node_protocol import (
     NodeBye,

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
-from loadertop.core.engine import Launch
+from loadertop.core.engine.nodes import Launch
 from loadertop.core.model.config import UsageError
 
 PREFIX = "loadertop"
