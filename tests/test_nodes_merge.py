@@ -1,4 +1,5 @@
-"""merge_nodes: every node's TrialResult of one configuration → the trial as the job (DDP) sees it."""
+"""merge_nodes: every node's TrialResult of one configuration → the trial as the job (DDP) sees it; and OneNode, the
+link of a sweep on one node."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadertop.core.engine.nodes.merge import merge_nodes
+from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import TrialResult
@@ -130,3 +132,15 @@ def test_merge_properties(per_node: list[list[float]], data: st.DataObject) -> N
     trials[k] = TrialResult(7, CONFIG, "failed", error="gone")
     broken = merge_nodes(trials, [node(j, ranks) for j in range(len(trials))])
     assert broken.status == "failed" and broken.error is not None and broken.error.startswith(f"node {k} ")
+
+
+def test_one_node_is_the_null_link() -> None:
+    """A sweep on one node plans its own trials, keeps its results as they are, names no nodes and never breaks:
+    the driver talks to it as to any link."""
+    link: NodeLink = OneNode()
+    one = trial((100.0,))
+    assert link.next_config(lambda: CONFIG) is CONFIG and link.next_config(lambda: None) is None
+    assert link.combine(one) is one and link.nodes() == () and (link.node_rank, link.many) == (0, False)
+    link.on_break(pytest.fail)
+    link.stop()
+    link.close()

@@ -41,6 +41,8 @@ EXIT_STOPPED = 130  # node 0 was interrupted: every node stops as if it had been
 class StoreLink:
     """One node's end of a many-node sweep (the NodeLink protocol)."""
 
+    many = True
+
     def __init__(self, store: Any, beat_store: Any, launch: Launch, infos: tuple[NodeInfo, ...]) -> None:
         self.node_rank = launch.node_rank
         self.reason: str | None = None  # why the sweep broke here (None: it did not)

@@ -27,7 +27,7 @@ from loadertop.core.engine.drive.data_stop import SameFailure
 from loadertop.core.engine.drive.dataset_check import check_dataset
 from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, log_tail, start_runner
 from loadertop.core.engine.drive.trial_watch import TrialWatch
-from loadertop.core.engine.nodes.node_link import NodeLink
+from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.engine.verdict.outcome import conclude
@@ -61,7 +61,8 @@ class Sweep:
         nodes: NodeLink | None = None,
     ) -> None:
         self.settings = settings
-        self._nodes = nodes  # one node of a many-node sweep (nodes/node_link.py): node 0 plans, the others follow
+        # This node's link (nodes/node_link.py): on many nodes node 0 plans and the others follow; one node is OneNode
+        self._nodes: NodeLink = nodes if nodes is not None else OneNode()
         self.node_break: str | None = None  # why the many-node sweep stopped here (a node lost, node 0 said stop)
         self.previous = previous
         self.planner = make_planner(settings, only)
@@ -114,8 +115,7 @@ class Sweep:
         """Stop now: the running trial's process group is killed; finished trials are kept (node 0 of a
         many-node sweep stops every node)."""
         self._cancel.set()
-        if self._nodes is not None:
-            self._nodes.stop()
+        self._nodes.stop()
         self._resumed.set()
         self._signal_trial(signal.SIGKILL)
 
@@ -254,7 +254,7 @@ class Sweep:
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
-                if self._nodes is None:  # many nodes: node 0's verdict goes through the link, as any stop
+                if not self._nodes.many:  # many nodes: node 0's verdict goes through the link, as any stop
                     self._same.trial(trial, self._raised)
         except Cancelled:
             pass
@@ -265,8 +265,7 @@ class Sweep:
                 runner.close()
             if self._gpu is None:
                 gpu.close()
-            if self._nodes is not None:
-                self._nodes.close()
+            self._nodes.close()
         for config, why in self._skipped:
             skipped = TrialResult(len(trials), config, "skipped", error=why)
             trials.append(skipped)
@@ -276,9 +275,8 @@ class Sweep:
 
     def _node_share(self, index: int, config: TrialConfig, trial: TrialResult | None) -> TrialResult | None:
         """Many nodes: node 0 merges every node's share of the trial, the others send theirs. A node lost during
-        it fails the trial in node 0's record; a stop (Ctrl-C, `q`) leaves it out, as on one node."""
-        if self._nodes is None:
-            return trial
+        it fails the trial in node 0's record; a stop (Ctrl-C, `q`) leaves it out, as on one node (OneNode: the trial
+        as it is)."""
         if trial is None:
             lost = self.node_break is not None and self._nodes.node_rank == 0  # node 0 breaks only for a loss
             return TrialResult(index, config, "failed", error=self.node_break) if lost else None
@@ -294,8 +292,7 @@ class Sweep:
             self._emit(Notice("info", f"resuming: {len(self._kept)} finished trials are kept, not measured again"))
         for kept in self._kept.values():
             self.guard.learn(kept)
-        if self._nodes is not None:
-            self._nodes.on_break(self._on_node_break)
+        self._nodes.on_break(self._on_node_break)
 
     def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
         conclusion = conclude(
@@ -315,7 +312,7 @@ class Sweep:
             run_dir=str(self.run_dir),
             interrupted=self._cancel.is_set() or self._stop_after.is_set(),
             wall_s=wall_s,
-            nodes=self._nodes.nodes() if self._nodes is not None else (),
+            nodes=self._nodes.nodes(),
         )
         write_result(self.run_dir, self.result)
         self._emit(SweepFinished(self.result))
@@ -329,12 +326,9 @@ class Sweep:
     def _next_config(self, trials: list[TrialResult]) -> TrialConfig | None:
         """The planner's next configuration; each of its decisions goes into the event stream as a Notice. On
         many nodes node 0 plans and sends it; the others take node 0's."""
-        if self._nodes is not None:
-            if self._cancel.is_set() or self._stop_after.is_set():
-                return None  # before node 0 sends the next trial: no node starts one it would not finish
-            config = self._nodes.next_config(lambda: self.planner.next(trials))
-        else:
-            config = self.planner.next(trials)
+        if self._cancel.is_set() or self._stop_after.is_set():
+            return None  # before the next trial is planned (node 0: sent): none starts that would not finish
+        config = self._nodes.next_config(lambda: self.planner.next(trials))
         for step in self.planner.take_notes():
             index = len(trials) if config else None
             self._emit(Notice("info", f"search ({step.phase}): {step.message}", index, step.phase))
@@ -377,8 +371,8 @@ class Sweep:
         """Run one trial through the runner; None when the sweep was cancelled during it."""
         # Many nodes: every node measures the same whole window, cold (the planner's rates are the merged job's,
         # not this node's, and a follower's planner knows nothing of finalists).
-        below, above = self.planner.decision() if self._nodes is None else (None, None)
-        park = self.planner.keep() and self.settings.ranks == 1 and self._nodes is None
+        below, above = (None, None) if self._nodes.many else self.planner.decision()
+        park = self.planner.keep() and self.settings.ranks == 1 and not self._nodes.many
         runner.send(TrialRequest(index, config, self.settings, decide_below=below, decide_above=above, park=park))
         watch = TrialWatch(self, self._emit, index, max(len(self.planner.planned()), index + 1), config)
         self._window, self._window_index, self._watch = None, index, watch

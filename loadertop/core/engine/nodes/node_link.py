@@ -4,7 +4,8 @@ torch.distributed lives in loadertop/core/nodes/ and is handed to `Sweep(setting
 Node 0's Sweep plans (its planner), sends each configuration to every node, runs it like any trial, then merges
 every node's result (engine/nodes/merge.py); the others' Sweeps take node 0's configurations instead of planning,
 run them the same way, and send their results back. One driver loop for both, so probes, guards, the run folder and
-the faces work unchanged on every node.
+the faces work unchanged on every node. A sweep on one node talks through OneNode, the null link: the driver never
+asks whether it has a link, only (`many`) whether the trial it runs is one node's share of a bigger one.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ from loadertop.core.model.results import TrialResult
 
 class NodeLink(Protocol):
     node_rank: int  # 0 plans and shows; the others follow
+    # More than one node: every node measures the same whole window, cold (node 0's planner decides on the merged
+    # trial, and a follower's knows nothing of finalists), and a stop is node 0's verdict, sent through the link.
+    many: bool
 
     def nodes(self) -> tuple[NodeInfo, ...]:
-        """Every node's facts, in node rank order (known once all joined)."""
+        """Every node's facts, in node rank order (known once all joined); none on one node."""
         ...
 
     def next_config(self, _plan: Callable[[], TrialConfig | None], /) -> TrialConfig | None:
@@ -46,3 +50,28 @@ class NodeLink(Protocol):
     def close(self) -> None:
         """Leave the sweep (idempotent); node 0 first tells the others the sweep is over."""
         ...
+
+
+class OneNode:
+    """The NodeLink of a sweep on one node: it plans its own trials, shares them with no one and never breaks."""
+
+    node_rank = 0
+    many = False
+
+    def nodes(self) -> tuple[NodeInfo, ...]:
+        return ()  # a one-node result names no nodes
+
+    def next_config(self, plan: Callable[[], TrialConfig | None], /) -> TrialConfig | None:
+        return plan()
+
+    def combine(self, trial: TrialResult) -> TrialResult:
+        return trial
+
+    def on_break(self, callback: Callable[[str], None], /) -> None:
+        pass  # nothing but this node: nothing to lose
+
+    def stop(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
