@@ -13,6 +13,7 @@ from tui_fakes import sync, wait_until
 import loadertop.core.nodes as nodes_package
 from loadertop.cli import build_parser, settings_from_args
 from loadertop.core.engine import Launch
+from loadertop.core.engine.nodes import OneNode
 from loadertop.core.model.config import Settings
 from loadertop.core.nodes import StoreLink, join_nodes
 from loadertop.tui.app import make_app
@@ -79,4 +80,4 @@ def test_a_rerun_after_the_many_node_sweep_measures_this_node_whole(runs: Path) 
     two = Settings(workers=(0,), nodes=2, node_rank=0)
     first, rerun = make(two, None, None), make(two, None, None)
     assert first.settings.nodes == 2 and first._nodes is link  # type: ignore[attr-defined]
-    assert rerun.settings.nodes == 1 and rerun._nodes is None  # type: ignore[attr-defined]
+    assert rerun.settings.nodes == 1 and isinstance(rerun._nodes, OneNode)  # type: ignore[attr-defined]
