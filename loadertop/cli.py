@@ -81,13 +81,13 @@ def build_parser() -> Parser:
 def add_settings(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field that has one, from the field's Option (flag, help, metavar, choices): the
     parser holds no default of its own, so a flag not given reaches build_settings as None."""
-    by_group: dict[str, list[Option]] = {}
+    by_group: dict[str, list[tuple[str, Option]]] = {}
     for _, opt in settings_options():
         if opt.flag:
-            by_group.setdefault(opt.group, []).append(opt)
+            by_group.setdefault(opt.group, []).append((opt.flag, opt))
     for title, opts in by_group.items():
         group = parser.add_argument_group(title)
-        for opt in opts:
+        for flag, opt in opts:
             spec: dict[str, Any] = {"dest": opt.key, "default": None, "help": opt.help.replace("%", "%%")}
             if opt.const is not None:
                 spec.update(action="store_const", const=opt.const)
@@ -95,7 +95,7 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
                 spec.update(metavar=opt.metavar, action="append" if opt.kind == "pairs" else "store")
             if opt.choices:
                 spec["choices"] = opt.choices
-            group.add_argument(opt.flag, **spec)
+            group.add_argument(flag, **spec)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
