@@ -10,11 +10,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from loadertop import __version__
 from loadertop.core.model.config import Option, Settings, UsageError, settings_options
 from loadertop.core.model.results import SweepResult, TrialResult
+
+if TYPE_CHECKING:
+    from loadertop.core.engine import NodeLink
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     return one_line_errors("loadertop", args.debug, run)
 
 
-def join_launch(settings: Settings) -> tuple[Settings, Any]:
+def join_launch(settings: Settings) -> tuple[Settings, NodeLink | None]:
     """Under torchrun or srun with more than one node: join the other nodes' agents (they must all agree) and
     return this node's settings and link; otherwise the settings as they are and no link."""
     from loadertop.core.engine import detect_launch
@@ -250,7 +253,7 @@ def join_launch(settings: Settings) -> tuple[Settings, Any]:
     return settings, link
 
 
-def sweep_here(args: argparse.Namespace, settings: Settings, link: Any) -> int:
+def sweep_here(args: argparse.Namespace, settings: Settings, link: NodeLink | None) -> int:
     """Check this node's outputs and inputs, then run the face: node 0 (or the only node) as asked, a follower
     headless (node 0 writes --json and --csv)."""
     headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
@@ -270,7 +273,7 @@ def run_face(
     headless: bool,
     previous: SweepResult | None,
     kept: list[TrialResult],
-    link: Any,
+    link: NodeLink | None,
 ) -> int:
     if headless:
         from loadertop.headless import run_headless

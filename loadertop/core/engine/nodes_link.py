@@ -19,6 +19,7 @@ from loadertop.core.model.results import TrialResult
 
 class NodeLink(Protocol):
     node_rank: int  # 0 plans and shows; the others follow
+    exit_code: int  # what this node's loadertop exits with when its face said 0 (a lost node, a stop: not 0)
 
     def nodes(self) -> tuple[NodeInfo, ...]:
         """Every node's facts, in node rank order (known once all joined)."""
