@@ -10,11 +10,14 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from loadertop import __version__
 from loadertop.core.model.config import Option, Settings, UsageError, settings_options
 from loadertop.core.model.results import SweepResult, TrialResult
+
+if TYPE_CHECKING:
+    from loadertop.core.engine import NodeLink
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -81,13 +84,13 @@ def build_parser() -> Parser:
 def add_settings(parser: argparse.ArgumentParser) -> None:
     """One flag per Settings field that has one, from the field's Option (flag, help, metavar, choices): the
     parser holds no default of its own, so a flag not given reaches build_settings as None."""
-    by_group: dict[str, list[Option]] = {}
+    by_group: dict[str, list[tuple[str, Option]]] = {}
     for _, opt in settings_options():
         if opt.flag:
-            by_group.setdefault(opt.group, []).append(opt)
+            by_group.setdefault(opt.group, []).append((opt.flag, opt))
     for title, opts in by_group.items():
         group = parser.add_argument_group(title)
-        for opt in opts:
+        for flag, opt in opts:
             spec: dict[str, Any] = {"dest": opt.key, "default": None, "help": opt.help.replace("%", "%%")}
             if opt.const is not None:
                 spec.update(action="store_const", const=opt.const)
@@ -95,7 +98,7 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
                 spec.update(metavar=opt.metavar, action="append" if opt.kind == "pairs" else "store")
             if opt.choices:
                 spec["choices"] = opt.choices
-            group.add_argument(opt.flag, **spec)
+            group.add_argument(flag, **spec)
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     return one_line_errors("loadertop", args.debug, run)
 
 
-def join_launch(settings: Settings) -> tuple[Settings, Any]:
+def join_launch(settings: Settings) -> tuple[Settings, NodeLink | None]:
     """Under torchrun or srun with more than one node: join the other nodes' agents (they must all agree) and
     return this node's settings and link; otherwise the settings as they are and no link."""
     from loadertop.core.engine import detect_launch
@@ -250,7 +253,7 @@ def join_launch(settings: Settings) -> tuple[Settings, Any]:
     return settings, link
 
 
-def sweep_here(args: argparse.Namespace, settings: Settings, link: Any) -> int:
+def sweep_here(args: argparse.Namespace, settings: Settings, link: NodeLink | None) -> int:
     """Check this node's outputs and inputs, then run the face: node 0 (or the only node) as asked, a follower
     headless (node 0 writes --json and --csv)."""
     headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
@@ -270,7 +273,7 @@ def run_face(
     headless: bool,
     previous: SweepResult | None,
     kept: list[TrialResult],
-    link: Any,
+    link: NodeLink | None,
 ) -> int:
     if headless:
         from loadertop.headless import run_headless

@@ -10,14 +10,14 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from loadertop.core.engine import (
@@ -147,13 +147,13 @@ class Reporter:
     ) -> None:
         self.terminals = (Terminal(out), Terminal(err))
         self.width = output_width(out)  # the terminal's; a file or a pipe: $COLUMNS, else 100
-        self.out = Console(file=self.terminals[0], width=self.width, highlight=False)  # type: ignore[arg-type]
-        self.err = Console(file=self.terminals[1], highlight=False, stderr=True, soft_wrap=True)  # type: ignore[arg-type]
+        self.out = Console(file=self.terminals[0], width=self.width, highlight=False)  # type: ignore[arg-type]  # Terminal: IO[str] by duck typing
+        self.err = Console(file=self.terminals[1], highlight=False, stderr=True, soft_wrap=True)  # type: ignore[arg-type]  # as above
         self.live = err.isatty()
         self.previous = previous
         self.count = TrialCount()  # the engine's count: the total so far and what the search added to the plan
         self.progress: Progress | None = None
-        self.task = None
+        self.task: TaskID | None = None
         self._held: list[Event] | None = []
         self._held_since = time.monotonic()
         self._checked = checked  # the sweep's dataset check passed (None: only the HOLD_S timer applies)
@@ -291,7 +291,10 @@ def _export(
 ) -> bool:
     """Write the asked-for files; True when one could not be (said in one line; the run folder has every trial)."""
     failed = False
-    writes = ((json_path, lambda p: write_json(result, p)), (csv_path, lambda p: write_csv(result, p, previous)))
+    writes: list[tuple[Path | None, Callable[[Path], Path]]] = [
+        (json_path, lambda p: write_json(result, p)),
+        (csv_path, lambda p: write_csv(result, p, previous)),
+    ]
     for path, write in writes:
         if path is None:
             continue

@@ -3,6 +3,8 @@ sharding, and the user's own training step, each measured for real through the e
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import torch
 from loadertop.core.datasets.errors import SpecError
 from loadertop.core.datasets.imagefolder import ImageFolderDataset, make_image_folder, scan
 from loadertop.core.datasets.spec import load_dataset
+from loadertop.core.datasets.synthetic import SyntheticDataset, SyntheticOptions, SyntheticSpec
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings
 from loadertop.core.model.events import Notice, TrialFinished
@@ -23,6 +26,17 @@ FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid", s
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return make_image_folder(tmp_path_factory.mktemp("imgs") / "train", count=36, classes=3, min_side=64, max_side=96)
+
+
+# -- synthetic -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.unit
+def test_synthetic_keywords_are_the_spec_fields_with_their_types() -> None:
+    spec = {f.name: f.type for f in dataclasses.fields(SyntheticSpec)}
+    assert {k: t.__name__ for k, t in typing.get_type_hints(SyntheticOptions).items()} == spec
+    ds = SyntheticDataset(length=5, cpu_ms=0.0, io_ms=0.0, kb=1)
+    assert len(ds) == 5 and ds.spec == SyntheticSpec(length=5, cpu_ms=0.0, io_ms=0.0, kb=1)
 
 
 # -- imagefolder ---------------------------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from loadertop.cli import build_parser, settings_from_args
 from loadertop.core.engine.drive import api
 from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.machine.facts import usable_cpus
-from loadertop.core.model.config import Settings, UsageError, adaptive_cap, auto_workers
+from loadertop.core.model.config import Settings, UsageError, adaptive_cap, auto_workers, settings_options
 
 pytestmark = pytest.mark.unit
 
@@ -83,6 +83,31 @@ def test_auto_workers_are_the_adaptive_climb_per_rank(api_settings: ApiSettings)
     assert api_settings().workers == tuple(range(adaptive_cap(cpus) + 1))
     assert api_settings(ranks=2).workers[-1] == adaptive_cap(max(1, cpus // 2))
     assert api_settings(search="grid").workers == auto_workers(cpus)
+
+
+# What each kind of Option takes from Python, as SweepOptions spells it (the source text of its annotation).
+API_TYPES = {
+    "text": "str",
+    "size": "str | Literal[0]",
+    "pairs": "Mapping[str, str] | Iterable[str | tuple[str, str]]",
+    "workers": "Ints",
+    "ints": "Ints",
+    "bools": "Bools",
+    "methods": "str | Iterable[str]",
+    "number": "float",
+    "count": "int",
+    "flag": "bool",
+}
+
+
+def test_the_api_keywords_are_typed_one_per_option_by_its_kind() -> None:
+    # A new Option without its keyword in SweepOptions (or with another type than its kind takes) fails here.
+    options = {opt.key: opt for _, opt in settings_options() if opt.key != "dataset"}  # dataset: sweep's own
+    assert set(api.SweepOptions.__annotations__) == set(options) == api.SweepOptions.__optional_keys__
+    for key, opt in options.items():
+        spelled = api.SweepOptions.__annotations__[key].__forward_arg__  # a string under `from __future__`
+        choices = f"Literal[{', '.join(map(repr, opt.choices))}]"
+        assert spelled == (choices if opt.kind == "choice" else API_TYPES[opt.kind]), key
 
 
 def test_defaults_are_the_fields_own(api_settings: ApiSettings) -> None:

@@ -44,6 +44,7 @@ from loadertop.core.model.protocol import (
     TrialRequest,
     Workers,
     decode,
+    decode_reply,
     encode,
 )
 
@@ -183,6 +184,14 @@ def test_a_ready_of_another_version_is_refused_before_its_fields_are_read() -> N
     line = json.dumps({"type": "ready", "version": PROTOCOL_VERSION + 1, "pid": 1, "features": ["new"]})
     with pytest.raises(ProtocolError, match=f"protocol version {PROTOCOL_VERSION + 1}, this loadertop speaks 1"):
         decode(line)
+
+
+@pytest.mark.unit
+def test_the_driver_reads_replies_only_a_request_from_the_runner_is_refused() -> None:
+    assert decode_reply(encode(Forked(1, 2))) == Forked(1, 2)
+    request = next(m for m in EXAMPLES if isinstance(m, CheckRequest))
+    with pytest.raises(ProtocolError, match="a check request from the runner, which sends replies only"):
+        decode_reply(encode(request))
 
 
 def _fake_runner(tmp_path: Path, *lines: str) -> list[str]:

@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 from torch.utils.data import Dataset, get_worker_info
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
 
 
 @dataclass(frozen=True)
@@ -37,9 +41,21 @@ class SyntheticSpec:
         return self.io_ms / 1000 * (1.0 + self.contention * (n - 1) + self.coherency * n * (n - 1))
 
 
+class SyntheticOptions(TypedDict, total=False):
+    """SyntheticSpec's fields as keywords (`SyntheticDataset(cpu_ms=1.5, kb=8)`)."""
+
+    length: int
+    cpu_ms: float
+    io_ms: float
+    kb: int
+    fail_at: int
+    contention: float
+    coherency: float
+
+
 class SyntheticDataset(Dataset[tuple[torch.Tensor, int]]):
-    def __init__(self, spec: SyntheticSpec | None = None, **overrides: float | int) -> None:
-        self.spec = spec or SyntheticSpec(**overrides)  # type: ignore[arg-type]
+    def __init__(self, spec: SyntheticSpec | None = None, **overrides: Unpack[SyntheticOptions]) -> None:
+        self.spec = spec or SyntheticSpec(**overrides)
         self._elements = max(1, self.spec.kb * 1024 // 4)
 
     def __len__(self) -> int:
@@ -82,7 +98,7 @@ def parse_synthetic(options: str) -> SyntheticSpec:
             values[key] = int(text) if kinds[key] == "int" else float(text)
         except ValueError:
             raise ValueError(f"synthetic option {key}={text!r} is not a number") from None
-    spec = SyntheticSpec(**values)  # type: ignore[arg-type]
+    spec = SyntheticSpec(**values)  # type: ignore[arg-type]  # an int for each int field (kinds), a float for the rest
     if spec.length < 1:
         raise ValueError("synthetic option length must be at least 1")
     if min(spec.cpu_ms, spec.io_ms, spec.kb, spec.contention, spec.coherency) < 0:

@@ -333,7 +333,8 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
     batches, first, complete, in_step = 0, None, False, False
     wait = t_ready = 0.0
     samples = 0
-    hold, whole = False, tuple
+    hold = False
+    whole: type = tuple  # the class whose batches are held as they are (_hold_plan)
     held = before = None  # the batch handed out last, and the one before it (released in the next wait)
     try:
         t_ask = t_start

@@ -9,7 +9,7 @@ on the job's monotonic clock since its first `watch()`, so a viewer that attache
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.wire import Codec
@@ -115,8 +115,8 @@ class JobBye:
 
 
 LiveMessage = JobHello | JobWorkers | JobSteps | JobEpoch | TuneStep | TuneChose | JobBye
-KINDS: tuple[type[Any], ...] = (JobHello, JobWorkers, JobSteps, JobEpoch, TuneStep, TuneChose, JobBye)
-_CODEC = Codec(
+KINDS: tuple[type[LiveMessage], ...] = (JobHello, JobWorkers, JobSteps, JobEpoch, TuneStep, TuneChose, JobBye)
+_CODEC: Codec[LiveMessage] = Codec(
     KINDS,
     hello=JobHello,
     version=LIVE_PROTOCOL_VERSION,
@@ -132,4 +132,4 @@ def encode(message: LiveMessage) -> str:
 
 def decode(line: str | bytes) -> LiveMessage:
     """The message a line carries. Raises ProtocolError for anything else, naming what is wrong."""
-    return _CODEC.decode(line)  # type: ignore[no-any-return]
+    return _CODEC.decode(line)

@@ -10,12 +10,12 @@ the store's atomic counters (`add`), read with `add(key, 0)`: a counter needs no
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.nodes import NODES_PROTOCOL_VERSION, NodeInfo
 from loadertop.core.model.results import TrialResult
-from loadertop.core.model.wire import Codec, ProtocolError, record, tuple_of
+from loadertop.core.model.wire import Codec, ProtocolError, Tagged, record, tuple_of
 
 
 @dataclass(frozen=True)
@@ -84,8 +84,8 @@ class NodeBye:
 
 
 NodeMessage = NodeHello | NodeVerdict | NodeSeen | NodeReady | TrialOut | ResultBack | NodeBye
-KINDS: tuple[type[Any], ...] = (NodeHello, NodeVerdict, NodeSeen, NodeReady, TrialOut, ResultBack, NodeBye)
-_CODEC = Codec(
+KINDS: tuple[type[NodeMessage], ...] = (NodeHello, NodeVerdict, NodeSeen, NodeReady, TrialOut, ResultBack, NodeBye)
+_CODEC: Codec[NodeMessage] = Codec(
     KINDS,
     hello=NodeHello,
     version=NODES_PROTOCOL_VERSION,
@@ -105,17 +105,17 @@ def encode(message: NodeMessage) -> str:
 
 def decode(line: str | bytes) -> NodeMessage:
     """The message a line carries. Raises ProtocolError for anything else, naming what is wrong."""
-    return _CODEC.decode(line)  # type: ignore[no-any-return]  # the codec is untyped; its kinds are these
+    return _CODEC.decode(line)
 
 
-M = TypeVar("M")
+M = TypeVar("M", bound=Tagged)
 
 
 def decode_as(kind: type[M], line: str | bytes) -> M:
     """The message of `kind` a store key holds; ProtocolError when it holds another kind."""
     message = decode(line)
     if not isinstance(message, kind):
-        raise ProtocolError(f"expected a {kind.TYPE} message, got {type(message).TYPE}")  # type: ignore[attr-defined]
+        raise ProtocolError(f"expected a {kind.TYPE} message, got {type(message).TYPE}")
     return message
 
 

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.wire import Codec, ProtocolError
 
-__all__ = ["PROTOCOL_VERSION", "ProtocolError", "decode", "encode"]
+__all__ = ["PROTOCOL_VERSION", "ProtocolError", "decode", "decode_reply", "encode"]
 
 PROTOCOL_VERSION = 1
 
@@ -267,11 +267,11 @@ Reply = (
 )
 Message = Request | Reply
 Emit = Callable[[Reply], None]  # how the runner and the trial side send a message
-KINDS: tuple[type[Any], ...] = (
+KINDS: tuple[type[Message], ...] = (
     CheckRequest, TrialRequest, CeilingRequest, Ready, Checked, Forked, Exited, Workers, Started, Measuring, Block,
     Finished, Epoch, TrialNotice, Failed, CeilingMeasured, TransportMeasured,
 )  # fmt: skip
-_CODEC = Codec(
+_CODEC: Codec[Message] = Codec(
     KINDS,
     hello=Ready,
     version=PROTOCOL_VERSION,
@@ -287,4 +287,12 @@ def encode(message: Message) -> str:
 
 def decode(line: str | bytes) -> Message:
     """The message a line carries. Raises ProtocolError for anything else, naming what is wrong."""
-    return _CODEC.decode(line)  # type: ignore[no-any-return]
+    return _CODEC.decode(line)
+
+
+def decode_reply(line: str | bytes) -> Reply:
+    """What the driver reads from the runner: a reply. A request coming back is a ProtocolError like any bad line."""
+    message = decode(line)
+    if isinstance(message, Request):
+        raise ProtocolError(f"a {message.TYPE} request from the runner, which sends replies only")
+    return message

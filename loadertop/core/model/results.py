@@ -134,8 +134,10 @@ class TrialResult:
         return cls(**fields)
 
 
-_TUPLES = ("worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings", "boundary_wait_ms")
-_TUPLES += ("rank_wait_ms_p99", "node_samples_per_s", "worker_uss_climbing")
+_TUPLES: tuple[str, ...] = (
+    "worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings", "boundary_wait_ms",
+    "rank_wait_ms_p99", "node_samples_per_s", "worker_uss_climbing",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,23 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from loadertop.core.model.config import Settings, TrialConfig
 
 
 class ProtocolError(ValueError):
     """A line that is not a message of this protocol version."""
+
+
+class Tagged(Protocol):
+    """A message kind: a dataclass with its `TYPE` tag."""
+
+    TYPE: ClassVar[str]
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+
+M = TypeVar("M", bound=Tagged)  # one protocol's messages: the union of its kinds
 
 
 def _int(value: Any) -> int:
@@ -90,13 +100,13 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
 }
 
 
-class Codec:
+class Codec(Generic[M]):
     """encode/decode for one protocol: its message kinds, and the hello kind whose `version` must match."""
 
     def __init__(
         self,
-        kinds: Sequence[type[Any]],
-        hello: type[Any],
+        kinds: Sequence[type[M]],
+        hello: type[M],
         version: int,
         mismatch: str,
         records: Mapping[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] | None = None,
@@ -107,19 +117,19 @@ class Codec:
             for f in dataclasses.fields(kind):
                 if str(f.type) not in self._codecs:
                     raise TypeError(f"{kind.__name__}.{f.name}: the protocol has no codec for {f.type}")
-        self._by_type: dict[str, type[Any]] = {kind.TYPE: kind for kind in kinds}
+        self._by_type: dict[str, type[M]] = {kind.TYPE: kind for kind in kinds}
         self._hello = hello
         self.version = version
         self._mismatch = mismatch  # formatted with {theirs} and {ours}
 
-    def encode(self, message: Any) -> str:
+    def encode(self, message: M) -> str:
         """One JSON line (newline included), tagged with the message's type."""
         data: dict[str, Any] = {"type": message.TYPE}
         for f in dataclasses.fields(message):
             data[f.name] = self._codecs[str(f.type)][0](getattr(message, f.name))
         return json.dumps(data) + "\n"
 
-    def decode(self, line: str | bytes) -> Any:
+    def decode(self, line: str | bytes) -> M:
         """The message a line carries. Raises ProtocolError for anything else, naming what is wrong."""
         try:
             data = json.loads(line)

@@ -14,6 +14,7 @@ import json
 import socket
 import threading
 import time
+from functools import partial
 from typing import Any
 
 from loadertop.core.engine.nodes import Launch
@@ -38,7 +39,7 @@ VERDICT_GRACE_S = 5.0  # a follower waits this much longer than node 0 for the v
 
 def comparable(settings: Settings) -> dict[str, Any]:
     """What must be equal on every node: the settings without this node's rank."""
-    data = json.loads(json.dumps(settings.to_dict(), default=str))
+    data: dict[str, Any] = json.loads(json.dumps(settings.to_dict(), default=str))
     data.pop("node_rank", None)
     return data
 
@@ -158,7 +159,7 @@ def _read_hellos(store: Any, launch: Launch) -> tuple[list[NodeHello], str | Non
     """Every node's hello, or why one cannot be read: another nodes protocol version is refused first."""
     hellos = []
     for k in range(launch.nodes):
-        raw = guarded(lambda k=k: store.get(f"hello/{k}"))
+        raw = guarded(partial(store.get, f"hello/{k}"))
         try:
             hellos.append(decode_as(NodeHello, raw))
         except ProtocolError as exc:

@@ -14,6 +14,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from loadertop.core.engine.nodes import Launch, merge_nodes
@@ -82,8 +83,8 @@ class StoreLink:
                     return None  # a node lost, or stopped, while waiting
                 guarded(lambda: self._store.set(f"trial/{index}", encode(TrialOut(index, config))))
             else:
-                ready = encode(NodeReady(index, self.node_rank))
-                guarded(lambda: self._store.set(f"ready/{index}/{self.node_rank}", ready))
+                hello = encode(NodeReady(index, self.node_rank))
+                guarded(lambda: self._store.set(f"ready/{index}/{self.node_rank}", hello))
                 if wait_keys(self._store, [f"trial/{index}"], None, self._halt):
                     return None
                 out = decode_as(TrialOut, guarded(lambda: self._store.get(f"trial/{index}")))
@@ -115,7 +116,7 @@ class StoreLink:
                     why = self._lost.get(k) or "sent no result (the sweep stopped)"
                     shares.append(TrialResult(trial.index, trial.config, "failed", error=why))
                 else:
-                    raw = guarded(lambda key=key: self._store.get(key))
+                    raw = guarded(partial(self._store.get, key))
                     shares.append(decode_as(ResultBack, raw).trial)
         except StoreGone as exc:
             self._gone(exc)

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from loadertop.core.engine.nodes import Launch
@@ -87,9 +88,9 @@ def wait_keys(store: Any, keys: Sequence[str], deadline: float | None, broken: t
     was set (an empty list: all there)."""
     missing = list(keys)
     while missing:
-        if guarded(lambda keys=missing: store.check(keys)):  # one round trip once everything is there
+        if guarded(partial(store.check, missing)):  # one round trip once everything is there
             return []
-        missing = [k for k in missing if not guarded(lambda k=k: store.check([k]))]
+        missing = [k for k in missing if not guarded(partial(store.check, [k]))]
         if not missing or broken.is_set() or (deadline is not None and time.monotonic() >= deadline):
             break
         time.sleep(POLL_S)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import io
 import os
 import select
 import signal
@@ -142,6 +143,8 @@ def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:
     trial said on `ready` that it measured and waits, its workers alive.
 
     If our stdin closes meanwhile, the driver died: kill the trial's group (and the parked ones) and leave."""
+    stdin = sys.stdin.buffer
+    assert isinstance(stdin, io.BufferedReader)  # the driver's pipe: peek() sees its end without taking a request
     while True:
         status = _reap(pid)
         if status is not None:
@@ -155,7 +158,7 @@ def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:
         readable, _, _ = select.select(watched, [], [], 0.2)
         if ready is not None and ready in readable and os.read(ready, 1):
             return None
-        if sys.stdin in readable and not sys.stdin.buffer.peek(1):
+        if sys.stdin in readable and not stdin.peek(1):
             _killpg(pid)
             _PARKING.drop_all()
             raise SystemExit(0)

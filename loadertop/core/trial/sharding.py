@@ -39,7 +39,8 @@ def _row_bytes(leaf: Any, i: int) -> bytes:
         row = leaf[i]
         if hasattr(row, "detach"):  # a torch tensor; numpy arrays have tobytes already
             row = row.detach().cpu().contiguous().numpy()
-        return row.tobytes()
+        data: bytes = row.tobytes()  # a numpy array's (the leaf is untyped: a tensor or an array)
+        return data
     return repr(leaf[i]).encode()
 
 

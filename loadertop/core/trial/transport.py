@@ -95,7 +95,9 @@ def measure_transport(settings: Settings, batch: Any, batch_size: int, rows: int
                                    spread))  # fmt: skip
 
 
-def _batches_per_s(dataset: NullDataset, batch_size: int, workers: int, pin: bool, budget_s: float) -> tuple:
+def _batches_per_s(
+    dataset: NullDataset, batch_size: int, workers: int, pin: bool, budget_s: float
+) -> tuple[float, float]:
     """Median batches/s over short blocks once every worker has handed over its first batches, and the spread."""
     from loadertop.core.trial.measure import spread
     from loadertop.core.trial.procs import DieWithParent

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pickle
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.engine.drive.settings import build_settings
@@ -15,23 +15,63 @@ from loadertop.core.model.config import UsageError
 from loadertop.core.model.events import Event
 from loadertop.core.model.results import SweepResult
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing.Unpack is 3.11+
+
+Ints = str | int | Iterable[int]  # "32,64", 32 or [32, 64]
+Bools = str | bool | Iterable[bool]  # "on,off", True or [True, False]
+
+
+class SweepOptions(TypedDict, total=False):
+    """`loadertop.sweep`'s keywords: the command line's flags with underscores (`loadertop --help`; one for each
+    Settings field with an Option, the dataset aside), with the values the command line takes or Python's own."""
+
+    dataset_args: Mapping[str, str] | Iterable[str | tuple[str, str]]  # {"root": "/data"}, ["root=/data"]
+    workers: Ints  # also "0-8" and "auto"
+    batch_size: Ints
+    prefetch_factor: Ints
+    pin_memory: Bools
+    persistent_workers: Bools
+    start_method: str | Iterable[str]  # "fork,spawn" or ["fork", "spawn"]
+    in_order: Bools
+    worker_threads: Ints
+    step_ms: float
+    consumer: str
+    ranks: int
+    trial_seconds: float
+    trial_timeout: float
+    mem_floor: str | Literal[0]  # "4GiB", "512MiB", "10%"; 0 is off
+    files_per_sample: int
+    interval: float
+    tolerance: float
+    target_spread: float
+    min_blocks: int
+    block_seconds: float
+    skip_warmup: bool
+    transport: bool
+    join_timeout: float
+    nodes: int
+    node_rank: int
+    rebuild_dataset: bool
+    search: Literal["adaptive", "grid"]
+
 
 def sweep(
-    dataset: str | Callable[..., Any] | Any = None,
+    dataset: object = None,  # a spec string, a factory function or a Dataset instance (see below)
     *,
     out_dir: str | Path | None = None,
     on_event: Callable[[Event], None] | None = None,
-    **options: Any,
+    **options: Unpack[SweepOptions],
 ) -> SweepResult:
     """Measure DataLoader configurations for `dataset` on this machine.
 
     `dataset` is a spec string (`"synthetic:io_ms=5"`, `"pkg.mod:make"`, `"train.py:make"`), a module-level
     factory function, or a picklable Dataset instance (default: the synthetic dataset). `options` are the command
-    line's flags as keywords, with the same defaults and checks (`loadertop --help`): `workers="0-8"` or
-    `[0, 2, 4]`, `batch_size=[32, 64]`, `pin_memory=True`, `search="grid"`, `ranks=2`, `tolerance=0.1`,
-    `dataset_args={"root": "/data"}`, `skip_warmup=False`, ...; bad values raise UsageError. Each trial runs in its
-    own process group; the call blocks until the sweep ends and returns its SweepResult (`.to_dict()` is the JSON
-    export).
+    line's flags as keywords (SweepOptions types them), with the same defaults and checks (`loadertop --help`):
+    `workers="0-8"` or `[0, 2, 4]`, `batch_size=[32, 64]`, `pin_memory=True`, `search="grid"`, `ranks=2`,
+    `tolerance=0.1`, `dataset_args={"root": "/data"}`, `skip_warmup=False`, ...; bad values raise UsageError. Each
+    trial runs in its own process group; the call blocks until the sweep ends and returns its SweepResult
+    (`.to_dict()` is the JSON export).
     """
     spec, temporary = dataset_spec(dataset)
     try:

@@ -390,7 +390,8 @@ class Sweep:
             self.follow(None, None, ())
         if self._cancel.is_set() and watch.finished is None:
             return None  # our own kill raced the loop's check: a cancelled trial, not a failed one
-        window, self._window = self._window or [], None
+        window: list[ProbeSample] = self._window or []
+        self._window = None
         return watch.result(memory, window)
 
     def _follow_trial(self, runner: RunnerProcess, watch: TrialWatch) -> bool:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadertop.core.model.protocol import Exited, Forked, ProtocolError, Ready, Reply, Request, decode, encode
+from loadertop.core.model.protocol import Exited, Forked, ProtocolError, Ready, Reply, Request, decode_reply, encode
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
 RUNNER_ARGV = (sys.executable, "-m", "loadertop.core.trial.runner")
@@ -53,7 +53,7 @@ class RunnerProcess:
         assert self.proc.stdout is not None
         for raw in self.proc.stdout:
             try:
-                self.messages.put(decode(raw))  # type: ignore[arg-type]  (the runner sends replies only)
+                self.messages.put(decode_reply(raw))
             except ProtocolError as exc:
                 self.messages.put(exc)
         self.messages.put(None)  # EOF: the runner is gone

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 from loadertop.core.engine.live.target import AttachError
@@ -22,7 +23,7 @@ class JobClient:
     """Connected to one job. `drain()` hands over what arrived (with arrival times); `ended` says why the stream
     stopped (None while it runs)."""
 
-    def __init__(self, path: Path, clock=time.monotonic) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, path: Path, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:

@@ -19,7 +19,7 @@ from loadertop.core.engine.verdict.leak import LeakConfig, LeakDetector
 from loadertop.core.machine.free_memory import free_mb, read_free_mb
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.probes import Probes
-from loadertop.core.model.events import ProbeSample
+from loadertop.core.model.events import ProbeSample, WorkerSample
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
 
 PUMP_S = 0.25  # how often the job's messages are folded between snapshots
@@ -202,7 +202,7 @@ class LiveSession:
 
     def _live_workers(self, samples: list[ProbeSample]) -> tuple[LiveWorker, ...]:
         """The workers the last samples could read, in the job's order, with the interval's mean CPU."""
-        seen: dict[int, list] = {}  # type: ignore[type-arg]
+        seen: dict[int, list[WorkerSample]] = {}
         for sample in samples:
             for worker in sample.workers:
                 seen.setdefault(worker.pid, []).append(worker)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from loadertop.core.model.nodes import NodeInfo, NodeTrial
 from loadertop.core.model.results import TrialResult
+from loadertop.core.model.status import Status
 
 
 def node_trial(node_rank: int, trial: TrialResult) -> NodeTrial:
@@ -107,9 +108,12 @@ def _rank_waits(trial: TrialResult) -> tuple[float, ...]:
     return () if trial.wait_ms_p99 is None else (trial.wait_ms_p99,) * max(1, trial.ranks)
 
 
-def _first_failure(trials: Sequence[TrialResult], nodes: Sequence[NodeInfo]) -> tuple[str, str] | None:
+_NOT_FINISHED: tuple[Status, ...] = ("failed", "skipped")  # in this order: a failure wins over a skip
+
+
+def _first_failure(trials: Sequence[TrialResult], nodes: Sequence[NodeInfo]) -> tuple[Status, str] | None:
     """(status, 'node K (host): error') of the first node that did not finish; a failure wins over a skip."""
-    for wanted in ("failed", "skipped"):
+    for wanted in _NOT_FINISHED:
         for trial, node in zip(trials, nodes, strict=True):
             if trial.status == wanted:
                 return wanted, f"{node_name(node)}: {trial.error or trial.reason or wanted}"

@@ -23,6 +23,7 @@ class NodeLink(Protocol):
     # More than one node: every node measures the same whole window, cold (node 0's planner decides on the merged
     # trial, and a follower's knows nothing of finalists), and a stop is node 0's verdict, sent through the link.
     many: bool
+    exit_code: int  # what this node's loadertop exits with when its face said 0 (a lost node, a stop: not 0)
 
     def nodes(self) -> tuple[NodeInfo, ...]:
         """Every node's facts, in node rank order (known once all joined); none on one node."""
@@ -57,6 +58,7 @@ class OneNode:
 
     node_rank = 0
     many = False
+    exit_code = 0  # one node never loses another
 
     def nodes(self) -> tuple[NodeInfo, ...]:
         return ()  # a one-node result names no nodes

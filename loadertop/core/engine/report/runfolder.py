@@ -83,7 +83,7 @@ def append_trial(run_dir: Path, trial: TrialResult) -> None:
 
 def read_trials(run_dir: Path) -> list[TrialResult]:
     """Every complete line of the trial log; a torn last line (killed mid-write) is ignored."""
-    trials = []
+    trials: list[TrialResult] = []
     path = Path(run_dir) / TRIALS
     if not path.exists():
         return trials
