@@ -1,10 +1,12 @@
 """The engine: runs in loadertop's own process, never imports torch. Its public API is what this module exports;
-the faces (CLI, headless, TUI) use these names only (an import-linter contract in pyproject.toml says so)."""
+the faces (CLI, headless, TUI) use these names only (an import-linter contract in pyproject.toml says so), and print
+every figure through its formatters (NONE, num, rate, pct, percent, utilization, mb, slope, seconds, clock,
+duration_text: engine/wording.py)."""
 
 from loadertop.core.engine.api import sweep
 from loadertop.core.engine.driver import Sweep
 from loadertop.core.engine.export import write_csv, write_json, write_markdown
-from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, open_session
+from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, leak_warning, open_session
 from loadertop.core.engine.nodes_env import Launch, detect_launch
 from loadertop.core.engine.nodes_link import NodeLink
 from loadertop.core.engine.progress import TrialCount
@@ -15,16 +17,28 @@ from loadertop.core.engine.report import (
     ReportRow,
     build_report,
     config_cells,
-    num,
     ordered,
 )
 from loadertop.core.engine.runfolder import read_run, read_settings, read_trials_strict
 from loadertop.core.engine.settings import build_settings
-from loadertop.core.engine.wording import pct
+from loadertop.core.engine.wording import (
+    NONE,
+    clock,
+    duration_text,
+    mb,
+    num,
+    pct,
+    percent,
+    rate,
+    seconds,
+    slope,
+    utilization,
+)
 
 __all__ = [
     "FOOTNOTE",
     "HEADERS",
+    "NONE",
     "AttachError",
     "Launch",
     "LeakConfig",
@@ -36,17 +50,26 @@ __all__ = [
     "TrialCount",
     "build_report",
     "build_settings",
+    "clock",
     "config_cells",
     "detect_launch",
+    "duration_text",
     "find_jobs",
+    "leak_warning",
+    "mb",
     "num",
     "open_session",
     "ordered",
     "pct",
+    "percent",
+    "rate",
     "read_run",
     "read_settings",
     "read_trials_strict",
+    "seconds",
+    "slope",
     "sweep",
+    "utilization",
     "write_csv",
     "write_json",
     "write_markdown",

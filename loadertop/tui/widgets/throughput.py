@@ -9,7 +9,7 @@ from statistics import median
 from textual.content import Content
 from textual_plotext import PlotextPlot
 
-from loadertop.core.engine import pct
+from loadertop.core.engine import pct, rate, seconds
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import family_key
 from loadertop.core.model.results import TrialResult
@@ -39,20 +39,20 @@ class LivePane(Pane[SweepState]):
             why = (result.error or result.reason or "no reason given").strip()
             return Content.assemble((f"{result.status}: ", "bold $error"), (why, "$error"))
         if not trace.batches_per_s:
-            first = f"first batch after {fmt.seconds(trace.first_batch_s)}; " if trace.first_batch_s else ""
+            first = f"first batch after {seconds(trace.first_batch_s)}; " if trace.first_batch_s else ""
             return Content.styled(f"{first}skipping the start-up buffer…", "dim")
         now = trace.batches_per_s[-1]
-        numbers = f" {fmt.rate(now)} batches/s · {fmt.rate(trace.samples_per_s[-1])} samples/s"
+        numbers = f" {rate(now)} batches/s · {rate(trace.samples_per_s[-1])} samples/s"
         spark = fmt.spark(trace.batches_per_s, width - len(numbers), lo=0.0, min_range=1.0)
         med = result.samples_per_s if result and result.samples_per_s else median(trace.samples_per_s)
         spread = result.spread if result else trace.spread
         stall = result.stall_fraction if result else trace.stall_fraction
         # Most important first; what does not fit the width is left off rather than cut.
         pieces = [
-            f"median {fmt.rate(med)} samples/s" + (f" ±{pct(spread)}" if spread is not None else ""),
+            f"median {rate(med)} samples/s" + (f" ±{pct(spread)}" if spread is not None else ""),
             f"stall {pct(stall)}",
             *([f"{pct(result.fraction_of_ceiling)} of ceiling"] if result and result.fraction_of_ceiling else []),
-            f"1st batch {fmt.seconds(trace.first_batch_s)}",
+            f"1st batch {seconds(trace.first_batch_s)}",
             f"{len(trace.batches_per_s)} blocks",
         ]
         detail = pieces[0]
@@ -151,8 +151,8 @@ def _families(state: SweepState) -> dict[TrialConfig, list[Point]]:
     plotted at its mean, as the table shows it."""
     families: dict[TrialConfig, list[Point]] = defaultdict(list)
     for row in state.rows:
-        if row.result is not None and row.status == "ok" and (rate := row.samples_per_s()):
-            families[family_key(row.config)].append((row.result, rate))
+        if row.result is not None and row.status == "ok" and (mean := row.samples_per_s()):
+            families[family_key(row.config)].append((row.result, mean))
     for points in families.values():
         points.sort(key=lambda point: point[0].config.num_workers)
     return dict(families)

@@ -1,8 +1,8 @@
 """Watching a live training job (`loadertop attach`): the target, the job's socket, the probes, leak detection,
 one LiveSnapshot per interval. The faces use it through loadertop.core.engine."""
 
-from loadertop.core.engine.live.leak import LeakConfig
+from loadertop.core.engine.live.leak import LeakConfig, leak_warning
 from loadertop.core.engine.live.session import LiveSession, open_session
 from loadertop.core.engine.live.target import AttachError, find_jobs
 
-__all__ = ["AttachError", "LeakConfig", "LiveSession", "find_jobs", "open_session"]
+__all__ = ["AttachError", "LeakConfig", "LiveSession", "find_jobs", "leak_warning", "open_session"]
