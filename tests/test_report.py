@@ -44,7 +44,7 @@ from loadertop.headless import EXIT_FAILED, Reporter, _export, run_headless
 from loadertop.tui.app import make_app
 from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.results import ResultsTable, live_report
+from loadertop.tui.widgets.results import ResultsTable
 
 DATA = Path(__file__).parent / "data"
 RESULT = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))
@@ -304,7 +304,7 @@ def test_tui_mid_sweep_shows_a_finalist_as_the_mean_of_its_runs() -> None:
         if isinstance(event, SweepFinished):
             break
         state.apply(event)
-    live = live_report(state)
+    live = state.report()
     assert state.running and live is not None
     final = {row.config: row.samples_per_s for row in build_report(RESULT).rows}
     assert {row.config: row.samples_per_s for row in live.rows} == final

@@ -40,7 +40,6 @@ from loadertop.core.model.events import (
 )
 from loadertop.core.model.results import GpuInfo, Knee, MachineInfo, Recommendation, SweepResult, TrialResult
 from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.results import live_report
 
 WORKERS = (0, 1, 2, 3, 4, 6, 8)
 SETTINGS = Settings(workers=WORKERS, batch_sizes=(32,), start_methods=("fork",), trial_seconds=8.0)
@@ -398,13 +397,13 @@ def sync(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
 
 def change_of(state: SweepState, index: int) -> float | None:
     """Δ as the results table shows it: from the engine's report, not a formula of the TUI's."""
-    report = live_report(state)
+    report = state.report()
     row = report.row_for(state.rows[index].config) if report is not None else None
     return row.change if row is not None else None
 
 
 def knee_rows(state: SweepState) -> list[TrialConfig]:
-    report = live_report(state)
+    report = state.report()
     return [row.config for row in report.rows if row.knee] if report is not None else []
 
 

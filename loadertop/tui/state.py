@@ -7,9 +7,9 @@ The engine owns every judgement: at the end of a sweep (a row rerun included) it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from loadertop.core.engine import TrialCount
+from loadertop.core.engine import Report, TrialCount, build_report
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.curves import family_key
 from loadertop.core.model.events import (
@@ -41,12 +41,13 @@ class Row:
     baseline: TrialResult | None = None  # the same configuration in the run this one is compared with
     runs: list[TrialResult] = field(default_factory=list)  # this configuration's measurements (finalists repeat)
 
-    def samples_per_s(self) -> float | None:
-        """The mean over this sweep's runs of the configuration, as the recommendation quotes it."""
-        rates = [r.samples_per_s for r in self.runs if r.status == "ok" and r.samples_per_s]
-        if len(rates) > 1:
-            return sum(rates) / len(rates)
-        return self.result.samples_per_s if self.result is not None else None
+    @property
+    def compared(self) -> bool:
+        """A rerun row with what it showed before: its change is against that."""
+        return self.baseline is not None and self.baseline is not self.result
+
+    def measured(self) -> list[TrialResult]:
+        return self.runs or ([self.result] if self.result is not None else [])
 
 
 class SweepState:
@@ -147,13 +148,28 @@ class SweepState:
         self.rows.sort(key=lambda r: (families.index(family_key(r.config)), r.config.num_workers))
         return row
 
+    def report(self) -> Report | None:
+        """The engine's report of what the table shows: the finished result, or mid-sweep every run so far (a
+        finalist's repeats included, their mean the engine's), compared with the previous run; after a row rerun,
+        each rerun row with what it showed before. Every figure a pane prints of a configuration is this report's."""
+        shown = self.snapshot()
+        if shown is None:
+            return None
+        if self.running:
+            shown = replace(shown, trials=tuple(t for row in self.rows for t in row.measured()))
+        previous = self.previous
+        if self.only:
+            baselines = tuple(row.baseline for row in self.rows if row.compared and row.baseline is not None)
+            previous = replace(shown, trials=baselines) if baselines else None
+        return build_report(shown, previous)
+
     def snapshot(self) -> SweepResult | None:
         """The result to export now: the finished one, or the trials finished so far mid-sweep."""
         if not self.running and self.result is not None:
             return self.result
         if self.machine is None or self.settings is None:
             return self.result
-        trials = tuple(t for row in self.rows for t in (row.runs or ([row.result] if row.result else [])))
+        trials = tuple(t for row in self.rows for t in row.measured())
         return SweepResult(
             machine=self.machine,
             settings=self.settings,
