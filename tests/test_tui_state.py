@@ -135,7 +135,7 @@ def test_eta_counts_down_from_the_trial_budget_then_from_measured_trials(tmp_pat
         state.apply(event)
         if isinstance(event, TrialFinished) and event.result.index == 2:
             break
-    per_trial = state.finish_times[-1] / 3
+    per_trial = state.count.finished_at[-1] / 3
     assert state.eta() == pytest.approx(per_trial * 4)
 
 

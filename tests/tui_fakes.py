@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
@@ -193,6 +194,7 @@ class FakeSweep:
         start_t = t
         uss: tuple[float, ...] = ()
         window: list[ProbeSample] = []
+        rates: list[float] = []
         for block in range(BLOCKS):
             if not self._gate():
                 return None, t
@@ -202,6 +204,7 @@ class FakeSweep:
             window.append(self._probe(index, t, config, wpids, uss, stall))
             yield replace(window[-1], uss=live_figures(window[-1], window, wpids))  # as the engine's driver does
             wiggle = 1.0 + 0.03 * math.sin(1.7 * block + nw)
+            rates.append(sps * wiggle)
             yield TrialProgress(
                 index=index,
                 block=block,
@@ -210,6 +213,7 @@ class FakeSweep:
                 stall_fraction=stall,
                 elapsed_s=since + first,
                 spread=0.021 + 0.002 * nw if block >= 2 else None,
+                median_samples_per_s=statistics.median(rates),  # as the engine's trial watch says it
             )
         if index == self.hold_at:
             self.held.set()

@@ -71,8 +71,6 @@ class SweepState:
         self.count = TrialCount()  # the engine's count: the total so far and what the search added to the plan
         self.measured: list[TrialResult] = []  # what this sweep measured (a row rerun's own trials)
         self.current: int | None = None
-        self.t = 0.0
-        self.finish_times: list[float] = []
         self.gpu_recent: dict[int, list[float]] = {}
         self.gpu_unavailable: str | None = None
         self.busy_recent: list[float] = []
@@ -102,26 +100,17 @@ class SweepState:
         return self.result.recommendation if self.result else None
 
     @property
+    def t(self) -> float:
+        """The sweep's clock (its latest probe tick), as the engine's count keeps it."""
+        return self.count.t
+
+    @property
     def total(self) -> int:
         return self.count.total
 
-    def finished_count(self) -> int:
-        return len(self.finish_times)
-
     def eta(self) -> float | None:
-        """Seconds left in this sweep: the mean finished-trial time times the trials to go."""
-        if not self.running:
-            return None
-        remaining = self.total - self.finished_count()
-        if remaining <= 0:
-            return 0.0
-        if self.finish_times:
-            per_trial = self.finish_times[-1] / len(self.finish_times)
-            into_current = self.t - self.finish_times[-1]
-        else:
-            per_trial = (self.settings.trial_seconds if self.settings else 8.0) + 2.0
-            into_current = self.t
-        return max(0.0, per_trial * remaining - into_current)
+        """Seconds left in this sweep: the engine's count says (TrialCount.eta)."""
+        return self.count.eta() if self.running else None
 
     def focus(self) -> TrialTrace | None:
         """The trial the memory and live panes show: the running one, else the highlighted row's latest."""
@@ -241,8 +230,6 @@ class SweepState:
         self.settings = event.settings
         self.run_dir = event.run_dir
         self.phase = "running"
-        self.t = 0.0
-        self.finish_times = []
         self.measured = []
         self.current = None
         self.live = None
@@ -292,7 +279,6 @@ class SweepState:
         return {"live", "gpu", "header"}
 
     def _probe(self, sample: ProbeSample) -> set[str]:
-        self.t = max(self.t, sample.t)
         for gpu in sample.gpus:
             push(self.gpu_recent.setdefault(gpu.index, []), gpu.util_percent)
         if not sample.gpus and sample.gpu_unavailable:
@@ -314,7 +300,6 @@ class SweepState:
             trace.result = result
         if self.live is trace:
             self.live = None
-        self.finish_times.append(self.t)
         return set(PANES)
 
     def _sweep_finished(self, result: SweepResult) -> set[str]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from statistics import median
 
 from textual.content import Content
 from textual_plotext import PlotextPlot
@@ -44,7 +43,7 @@ class LivePane(Pane[SweepState]):
         now = trace.batches_per_s[-1]
         numbers = f" {rate(now)} batches/s · {rate(trace.samples_per_s[-1])} samples/s"
         spark = fmt.spark(trace.batches_per_s, width - len(numbers), lo=0.0, min_range=1.0)
-        med = result.samples_per_s if result and result.samples_per_s else median(trace.samples_per_s)
+        med = result.samples_per_s if result and result.samples_per_s else trace.median_samples_per_s
         spread = result.spread if result else trace.spread
         stall = result.stall_fraction if result else trace.stall_fraction
         # Most important first; what does not fit the width is left off rather than cut.
