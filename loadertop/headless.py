@@ -26,8 +26,10 @@ from loadertop.core.engine import (
     Sweep,
     TrialCount,
     build_report,
-    num,
+    clock,
     pct,
+    rate,
+    seconds,
     write_csv,
     write_json,
 )
@@ -56,8 +58,8 @@ def trial_line(trial: TrialResult, counter: str) -> str:
     if trial.status != "ok":
         return f"{head} {trial.status}: {trial.error}"
     return (
-        f"{head} {num(trial.samples_per_s):>7} samples/s ±{pct(trial.spread):>5}  "
-        f"stall {pct(trial.stall_fraction):>4}  first batch {num(trial.first_batch_s, 2, ' s')}  "
+        f"{head} {rate(trial.samples_per_s):>7} samples/s ±{pct(trial.spread):>5}  "
+        f"stall {pct(trial.stall_fraction):>4}  first batch {seconds(trial.first_batch_s)}  "
         f"({trial.blocks} {'block' if trial.blocks == 1 else 'blocks'}"
         f"{f' of {trial.epoch_batches}-batch epochs' if trial.epoch_batches else ''}"
         f"{'' if trial.stable else ', decided early' if trial.decided else ', not stable'}"
@@ -70,7 +72,7 @@ def per_node(trial: TrialResult) -> str:
     """'  per node 1000 / 820, slowest node 1 (host-b) rank 0' on a many-node sweep's trial line, else ''."""
     if not trial.node_trials:
         return ""
-    rates = " / ".join(num(n.samples_per_s if n.status == "ok" else None) for n in trial.node_trials)
+    rates = " / ".join(rate(n.samples_per_s if n.status == "ok" else None) for n in trial.node_trials)
     return f"  per node {rates}" + (f", slowest {trial.slowest_rank}" if trial.slowest_rank else "")
 
 
@@ -197,7 +199,8 @@ class Reporter:
                 self.progress.start()
                 self.task = self.progress.add_task("starting the runner", total=self.count.total)
         elif isinstance(event, TrialProgress) and self.progress is not None and self.task is not None:
-            self.progress.update(self.task, description=f"trial {event.index + 1}: {event.samples_per_s:.0f} samples/s")
+            now = f"trial {event.index + 1}: {rate(event.samples_per_s)} samples/s"
+            self.progress.update(self.task, description=now)
         elif isinstance(event, TrialFinished):
             line = trial_line(event.result, self.count.counter(event.result.index))
             if event.result.leak:  # the engine's ⚠, as the TUI's memory pane shows it
@@ -231,7 +234,7 @@ class Reporter:
             self.out.print(f"Knee ({result.knee.rule}): {result.knee.reason}", markup=False)
         if result.recommendation:
             rec = result.recommendation
-            self.out.print(f"Recommended: {rec.config.label()}, {num(rec.samples_per_s)} samples/s", markup=False)
+            self.out.print(f"Recommended: {rec.config.label()}, {rate(rec.samples_per_s)} samples/s", markup=False)
             self.out.print(f"Why: {rec.reason}", markup=False)
             paced = report.recommended.pacing if report.recommended else ""
             if paced and paced not in rec.reason:  # said once, wherever the engine put it
@@ -245,7 +248,7 @@ class Reporter:
             self.out.print("No recommendation: no trial finished.")
         if result.interrupted:
             self.out.print(f"Interrupted: {len(result.trials)} finished trials kept.")
-        self.out.print(f"Wall time {result.wall_s:.1f} s; run folder {result.run_dir}", markup=False)
+        self.out.print(f"Wall time {clock(result.wall_s)}; run folder {result.run_dir}", markup=False)
 
 
 def run_headless(

@@ -9,33 +9,29 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from loadertop.core.engine import LiveSession, find_jobs, num, open_session, pct
+from loadertop.core.engine import LiveSession, find_jobs, num, open_session, pct, percent, rate, slope
 from loadertop.core.model.live import LiveSnapshot
 
 EXIT_INTERRUPTED = 130
 
 
-def _mb(value: float | None) -> str:
-    return "?" if value is None else f"{value:.0f}"
-
-
 def _slope(value: float | None) -> str:
-    return "" if value is None else f" ({value:+.1f}/min)"
+    return "" if value is None else f" ({slope(value)})"
 
 
 def snapshot_line(snap: LiveSnapshot) -> str:
     """t, samples/s, stall, each worker's USS and slope; then warnings and notes, each on a line of its own."""
     parts = [f"t={snap.t:7.1f}s"]
     if snap.samples_per_s is not None:
-        parts.append(f"{num(snap.samples_per_s)} samples/s  stall {pct(snap.stall_fraction)}")
+        parts.append(f"{rate(snap.samples_per_s)} samples/s  stall {pct(snap.stall_fraction)}")
     elif snap.watched:
         parts.append("no steps")
     if snap.epoch is not None:
         parts.append(f"epoch {snap.epoch}")
-    workers = " ".join(f"{_mb(w.uss_mb)}{_slope(w.uss_slope_mb_per_min)}" for w in snap.workers)
+    workers = " ".join(f"{num(w.uss_mb)}{_slope(w.uss_slope_mb_per_min)}" for w in snap.workers)
     parts.append(f"workers USS MB: {workers}" if snap.workers else "no workers")
     if snap.gpu_util is not None:
-        parts.append(f"GPU {snap.gpu_util:.0f}%")
+        parts.append(f"GPU {percent(snap.gpu_util)}")
     lines = ["  ".join(parts)]
     lines += [f"  note: {note}" for note in snap.notes]
     lines += [f"  warning: {warning}" for warning in snap.warnings]

@@ -18,10 +18,9 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
-from loadertop.core.engine import HEADERS, Report, ReportRow, num
+from loadertop.core.engine import HEADERS, NONE, Report, ReportRow
 
 DEFAULT_WIDTH = 100  # a file or a pipe: what reads in a CI log and in an editor
-NONE_CELL = num(None)  # the engine's "not measured"
 # Said once, under the table, when every row has the same cell (the sweep did not vary them).
 SHARED = ("batch", "prefetch", "pin", "persist", "start", "status")
 # Never dropped: what tells the rows apart and the figures the recommendation is made of.
@@ -70,11 +69,9 @@ def layout(report: Report, console: Console, width: int) -> list[RenderableType]
     columns = [key for key in report.columns if key != "why"]
     values = {k: {_cell(report, r, k) for r in rows} for k in SHARED if k in columns}
     shared = [k for k, v in values.items() if len(v) == 1]
-    # prefetch and start are "–" at 0 workers: one value in every other row is said once too
-    mostly = [k for k, v in values.items() if len(v) == 2 and NONE_CELL in v]
-    unmeasured = [
-        k for k in columns if k not in KEPT and rows and all(_cell(report, r, k) in (NONE_CELL, "") for r in rows)
-    ]
+    # prefetch and start are NONE at 0 workers: one value in every other row is said once too
+    mostly = [k for k, v in values.items() if len(v) == 2 and NONE in v]
+    unmeasured = [k for k in columns if k not in KEPT and rows and all(_cell(report, r, k) in (NONE, "") for r in rows)]
     columns = [k for k in columns if k not in shared and k not in mostly and k not in unmeasured]
     dropped: list[str] = []
     for key in DROP_ORDER:
@@ -87,8 +84,8 @@ def layout(report: Report, console: Console, width: int) -> list[RenderableType]
     if shared:
         out.append(_said("every row:", ", ".join(f"{HEADERS[k]} {_cell(report, rows[0], k)}" for k in shared)))
     if mostly:
-        said = ", ".join(f"{HEADERS[k]} {(values[k] - {NONE_CELL}).pop()}" for k in mostly)
-        out.append(_said(f"every row that sets it ({NONE_CELL} in the others):", said))
+        said = ", ".join(f"{HEADERS[k]} {(values[k] - {NONE}).pop()}" for k in mostly)
+        out.append(_said(f"every row that sets it ({NONE} in the others):", said))
     if unmeasured:
         out.append(_said("not measured:", ", ".join(HEADERS[k] for k in unmeasured)))
     if dropped:

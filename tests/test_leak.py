@@ -9,8 +9,8 @@ import random
 import pytest
 from live_fakes import loader_jobs
 
-from loadertop.core.engine import LeakConfig, open_session
-from loadertop.core.engine.verdict.leak import LeakDetector, duration_text, fit_slope, leak_warning
+from loadertop.core.engine import LeakConfig, duration_text, open_session
+from loadertop.core.engine.verdict.leak import LeakDetector, fit_slope, leak_warning
 
 FAST = LeakConfig(warmup_s=0.0)
 

@@ -12,12 +12,11 @@ from typing import Any
 
 from tui_fakes import sync, wait_until
 
-from loadertop.core.engine import Sweep, num
+from loadertop.core.engine import Sweep, mb, num, slope
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, ProbeSample
 from loadertop.core.model.results import SweepResult
 from loadertop.headless import Reporter
-from loadertop.tui import fmt
 from loadertop.tui.app import make_app
 from loadertop.tui.widgets.memory import MemoryPane
 
@@ -75,7 +74,7 @@ async def test_the_pane_and_headless_render_the_same_memory(runs: Path, no_lefto
         rows = [line for line in pane if line.lstrip().startswith("w")]
         assert len(rows) == 2  # the trial's own two workers, no others
         for row, worker in zip(rows, figures.workers, strict=True):
-            assert fmt.mb(worker.uss_mb) in row and fmt.slope(worker.slope_mb_per_min) in row
+            assert mb(worker.uss_mb) in row and slope(worker.slope_mb_per_min) in row
             assert ("⚠" in row) == worker.climbing
 
         await wait_until(pilot, lambda: app.state.phase in ("finished", "crashed"), timeout=180)
@@ -97,9 +96,9 @@ async def test_the_pane_and_headless_render_the_same_memory(runs: Path, no_lefto
     assert [w.slope_mb_per_min for w in last.workers] == list(trial.worker_uss_slope_mb_per_min)
     assert [w.climbing for w in last.workers] == list(trial.worker_uss_climbing)
     # The TUI, finished: the result's figures, with the ⚠.
-    for uss, slope in zip(trial.worker_uss_mb, trial.worker_uss_slope_mb_per_min, strict=True):
-        assert fmt.mb(uss) in pane_done and fmt.slope(slope) in pane_done
-    assert "⚠" in pane_done and f"PSS {fmt.mb(trial.total_pss_mb)}" in pane_done
+    for uss, growth in zip(trial.worker_uss_mb, trial.worker_uss_slope_mb_per_min, strict=True):
+        assert mb(uss) in pane_done and slope(growth) in pane_done
+    assert "⚠" in pane_done and f"PSS {mb(trial.total_pss_mb)}" in pane_done
     # Headless: the same ⚠ sentence, and the table's USS and PSS are the same figures.
     assert f"⚠ memory: {trial.leak}" in " ".join(err.getvalue().split())
     table = out.getvalue()

@@ -283,7 +283,7 @@ def test_a_trial_is_followed_from_its_fork_and_its_result_is_built_from_finished
     )  # fmt: skip
     assert events[0] == TrialLaunched(2, 5, CONFIG, 100)
     assert events[1] == TrialStarted(2, 5, CONFIG, 100, (101, 102), 0.4)
-    assert events[2] == TrialProgress(2, 1, 100.0, 3200.0, 0.2, 1.0, None)
+    assert events[2] == TrialProgress(2, 1, 100.0, 3200.0, 0.2, 1.0, None, 3200.0)
     assert events[3] == Notice("warning", "rank 1: same samples", 2)
     assert host.calls[:4] == [("launched", 2, 100), ("follow", 100, (103, 101, 102)), ("follow", 100, (103, 101, 102)),
                               ("batch", 1.5)]  # fmt: skip
@@ -294,6 +294,17 @@ def test_a_trial_is_followed_from_its_fork_and_its_result_is_built_from_finished
     assert (result.samples_per_s, result.blocks, result.ranks) == (640.0, 6, 2)
     assert result.epoch_restart_s == 0.2  # from the Epoch message, measured after the window
     assert result.rank_samples_per_s == (330.0, 310.0) and result.warnings == ("same samples",)
+
+
+@pytest.mark.unit
+def test_the_running_median_is_the_engines_and_starts_over_with_the_blocks() -> None:
+    """TrialProgress carries the median block so far (what the TUI's throughput pane quotes while the trial runs);
+    a trial that starts its blocks over (blocks of whole epochs) starts the median over too."""
+    rates = (3000.0, 3400.0, 3100.0, 900.0)
+    blocks = [Block(n, 30, 960, 0.3, r / 32, r, 0.2, float(n), None) for n, r in enumerate(rates[:3], 1)]
+    _, _, events = _watch([Forked(2, 100), *blocks, Block(1, 30, 960, 0.3, 28.0, rates[3], 0.2, 4.0, None)])
+    progress = [e for e in events if isinstance(e, TrialProgress)]
+    assert [e.median_samples_per_s for e in progress] == [3000.0, 3200.0, 3100.0, 900.0]
 
 
 @pytest.mark.unit

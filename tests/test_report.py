@@ -18,7 +18,22 @@ from pathlib import Path
 import pytest
 from tui_fakes import FakeSweep, FakeSweepFactory, cell, sync, wait_until
 
-from loadertop.core.engine import HEADERS, Report, build_report, num, pct
+from loadertop.core.engine import (
+    HEADERS,
+    NONE,
+    Report,
+    build_report,
+    clock,
+    duration_text,
+    mb,
+    num,
+    pct,
+    percent,
+    rate,
+    seconds,
+    slope,
+    utilization,
+)
 from loadertop.core.engine.report.export import markdown, write_csv
 from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.model.config import Settings, TrialConfig
@@ -29,7 +44,7 @@ from loadertop.headless import EXIT_FAILED, Reporter, _export, run_headless
 from loadertop.tui.app import make_app
 from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.results import ResultsTable, live_report
+from loadertop.tui.widgets.results import ResultsTable
 
 DATA = Path(__file__).parent / "data"
 RESULT = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))
@@ -161,6 +176,21 @@ def test_one_percent_and_one_number_format() -> None:
     assert [num(444.76), num(0.153, 2, " s"), num(None)] == ["445", "0.15 s", "–"]
 
 
+@pytest.mark.unit
+def test_one_formatter_set_for_every_face() -> None:
+    """samples/s reads 4310 in the table, the panes, attach and the reasons; every figure not measured reads NONE."""
+    assert [rate(4310.2), rate(25.13), rate(4.55), rate(None)] == ["4310", "25", "4.5", NONE]
+    assert [mb(512), mb(2048), mb(2048, short=True), mb(7.3), mb(None)] == ["512 MB", "2.0 GB", "2.0G", "7.3 MB", NONE]
+    assert [slope(1.25), slope(-0.46, 0.31), slope(None)] == ["+1.2 MB/min", "-0.5±0.3 MB/min", NONE]
+    assert [seconds(0.153), seconds(12.4), seconds(None)] == ["0.15 s", "12 s", NONE]
+    assert [clock(3725), clock(78), clock(None)] == ["1:02:05", "1:18", NONE]
+    assert [percent(82.4), percent(None)] == ["82%", NONE]
+    assert [duration_text(40), duration_text(70 * 60)] == ["40 s", "1 h 10 min"]
+    assert utilization(78.0, [70.0, 80.0, 90.0]) == " 78% avg  80% max  90%"
+    assert utilization(0.5, [0.25, 0.75], scale=100.0) == " 50% avg  50% max  75%"
+    assert utilization(None, []) == f"   {NONE} avg    {NONE} max    {NONE}"
+
+
 # -- every face renders it ---------------------------------------------------------------------------------------
 
 
@@ -189,6 +219,7 @@ def test_headless_table() -> None:
     rows = list(text_rows(out.getvalue().replace("┃", "│").splitlines(), "│"))  # rich's header has its own bar
     names = by_runs(build_report(RESULT, PREVIOUS))
     assert_same("headless", rows, [names[r["runs"]] for r in rows])
+    assert [r["uss"] for r in rows if r["workers"] == "0"] == [NONE]  # not measured: the engine's glyph
 
 
 @pytest.mark.unit
@@ -262,6 +293,7 @@ async def test_tui_results_table(tmp_path: Path) -> None:
         keys = [str(column.key.value) for column in table.ordered_columns]
         rows = [dict(zip(keys, map(str, table.get_row_at(i)), strict=True)) for i in range(table.row_count)]
         assert_same("tui", rows, table.configs)
+        assert [r["uss"] for r in rows if r["workers"] == "0"] == [NONE]  # not measured: the headless table's glyph
 
 
 @pytest.mark.tui
@@ -272,7 +304,7 @@ def test_tui_mid_sweep_shows_a_finalist_as_the_mean_of_its_runs() -> None:
         if isinstance(event, SweepFinished):
             break
         state.apply(event)
-    live = live_report(state)
+    live = state.report()
     assert state.running and live is not None
     final = {row.config: row.samples_per_s for row in build_report(RESULT).rows}
     assert {row.config: row.samples_per_s for row in live.rows} == final

@@ -22,7 +22,7 @@ from loadertop.core.model.config import UsageError
 from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot
 from loadertop.core.model.live_protocol import LIVE_PROTOCOL_VERSION, JobHello
-from loadertop.tui import fmt, run_attach
+from loadertop.tui import run_attach
 from loadertop.tui.attach.app import PANES_HELP, AttachApp
 from loadertop.tui.attach.chart import LiveThroughputChart
 from loadertop.tui.attach.demo import DEMO_PID, LEAK, FakeSession, demo_snapshot, demo_stream
@@ -79,16 +79,16 @@ async def test_the_panes_show_the_numbers_of_the_snapshots() -> None:
         last = snaps[-1]
         header = text(app, AttachHeader)
         assert f"pid {DEMO_PID}" in header and "watched" in header and "every 2 s" in header
-        assert session.command in header and f"{fmt.clock(last.t)} elapsed" in header
-        assert f"{fmt.rate(last.samples_per_s)} samples/s" in header and f"epoch {last.epoch}" in header
+        assert session.command in header and f"{engine.clock(last.t)} elapsed" in header
+        assert f"{engine.rate(last.samples_per_s)} samples/s" in header and f"epoch {last.epoch}" in header
         workers = text(app, WorkersPane)
         for worker in last.workers:
-            assert fmt.mb(worker.uss_mb) in workers
+            assert engine.mb(worker.uss_mb) in workers
             assert f"{worker.uss_slope_mb_per_min:+.1f}" in workers
-        assert f"total PSS {fmt.mb(last.total_pss_mb)}" in workers
+        assert f"total PSS {engine.mb(last.total_pss_mb)}" in workers
         assert f"{last.gpu_util:.0f}%" in text(app, GpuLivePane)
         chart = app.query_one(LiveThroughputChart)
-        assert fmt.rate(last.samples_per_s) in str(chart.border_title)
+        assert engine.rate(last.samples_per_s) in str(chart.border_title)
         await pilot.press("q")
     assert session.close_calls >= 1 and session.closed.is_set()
 
@@ -155,7 +155,7 @@ async def test_the_job_ending_is_shown_and_the_app_stays_up() -> None:
         await pilot.pause(0.1)
         header = text(app, AttachHeader)
         assert "the job ended: the job exited (exit code 0)" in header
-        assert f"{fmt.rate(snaps[-1].samples_per_s)} samples/s" in header  # the last view is kept
+        assert f"{engine.rate(snaps[-1].samples_per_s)} samples/s" in header  # the last view is kept
         assert ("warning", "the job ended: the job exited (exit code 0)") in app.messages
         assert app.is_running
         await pilot.press("question_mark")

@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, cell, sync, wait_until
 
-from loadertop.core.engine import num
-from loadertop.tui import fmt
+from loadertop.core.engine import mb, num
 from loadertop.tui.app import make_app
 from loadertop.tui.widgets.header import HeaderPane
 from loadertop.tui.widgets.memory import MemoryPane
@@ -57,7 +56,7 @@ async def test_after_a_trial_the_memory_pane_says_what_its_row_says(tmp_path: Pa
             pane = app.query_one(MemoryPane).render().plain
             result = app.state.rows[row].result
             assert result is not None and result.total_pss_mb is not None
-            assert f"PSS {fmt.mb(result.total_pss_mb)}" in pane
+            assert f"PSS {mb(result.total_pss_mb)}" in pane
             assert num(result.total_pss_mb) == cell(table, row, "pss")  # the report's format (MB)
             assert "60 MB" not in pane
         await pilot.press("q")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
+import statistics
 import threading
 import time
 from collections.abc import Callable, Coroutine, Generator, Iterator, Sequence
@@ -40,7 +41,6 @@ from loadertop.core.model.events import (
 )
 from loadertop.core.model.results import GpuInfo, Knee, MachineInfo, Recommendation, SweepResult, TrialResult
 from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.results import live_report
 
 WORKERS = (0, 1, 2, 3, 4, 6, 8)
 SETTINGS = Settings(workers=WORKERS, batch_sizes=(32,), start_methods=("fork",), trial_seconds=8.0)
@@ -194,6 +194,7 @@ class FakeSweep:
         start_t = t
         uss: tuple[float, ...] = ()
         window: list[ProbeSample] = []
+        rates: list[float] = []
         for block in range(BLOCKS):
             if not self._gate():
                 return None, t
@@ -203,6 +204,7 @@ class FakeSweep:
             window.append(self._probe(index, t, config, wpids, uss, stall))
             yield replace(window[-1], uss=live_figures(window[-1], window, wpids))  # as the engine's driver does
             wiggle = 1.0 + 0.03 * math.sin(1.7 * block + nw)
+            rates.append(sps * wiggle)
             yield TrialProgress(
                 index=index,
                 block=block,
@@ -211,6 +213,7 @@ class FakeSweep:
                 stall_fraction=stall,
                 elapsed_s=since + first,
                 spread=0.021 + 0.002 * nw if block >= 2 else None,
+                median_samples_per_s=statistics.median(rates),  # as the engine's trial watch says it
             )
         if index == self.hold_at:
             self.held.set()
@@ -398,13 +401,13 @@ def sync(test: Callable[P, Coroutine[Any, Any, None]]) -> Callable[P, None]:
 
 def change_of(state: SweepState, index: int) -> float | None:
     """Δ as the results table shows it: from the engine's report, not a formula of the TUI's."""
-    report = live_report(state)
+    report = state.report()
     row = report.row_for(state.rows[index].config) if report is not None else None
     return row.change if row is not None else None
 
 
 def knee_rows(state: SweepState) -> list[TrialConfig]:
-    report = live_report(state)
+    report = state.report()
     return [row.config for row in report.rows if row.knee] if report is not None else []
 
 

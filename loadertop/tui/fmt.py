@@ -1,54 +1,11 @@
-"""Number and text formatting shared by the panes: one place decides how a number reads."""
+"""What only a terminal draws: sparklines, the no-GPU line, a worker list. Every figure is printed through the
+engine's formatters (loadertop.core.engine: NONE, rate, pct, mb, slope, seconds, clock, ...)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 _BARS = "▁▂▃▄▅▆▇█"
-
-
-def rate(value: float | None) -> str:
-    """Samples or batches per second: thousands separated, one decimal only when small."""
-    if value is None:
-        return "—"
-    if value >= 100:
-        return f"{value:,.0f}"
-    return f"{value:.1f}"
-
-
-def mb(value: float | None, short: bool = False) -> str:
-    """Megabytes as MB below a GiB, GB above; `short` drops the space and the B for table cells."""
-    if value is None:
-        return "—"
-    if value >= 1024:
-        text = f"{value / 1024:.1f} GB"
-    elif value >= 10:
-        text = f"{value:.0f} MB"
-    else:
-        text = f"{value:.1f} MB"
-    return text.replace(" ", "").rstrip("B") if short else text
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "—"
-    if value < 10:
-        return f"{value:.2f}s"
-    return f"{value:.0f}s"
-
-
-def clock(value: float | None) -> str:
-    """Elapsed or remaining time as m:ss (h:mm:ss past an hour)."""
-    if value is None:
-        return "—"
-    total = max(0, round(value))
-    hours, rest = divmod(total, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-def slope(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.1f} MB/min"
 
 
 def spark(

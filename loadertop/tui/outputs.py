@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadertop.core.engine import rate
 from loadertop.core.model.results import Recommendation, SweepResult
 
 EXPORT_NAMES = {"json": "result.json", "csv": "results.csv", "markdown": "results.md"}
@@ -47,7 +48,7 @@ def write_snippet(rec: Recommendation, run_dir: Path) -> Path:
             body = f"loader = {body}"
         body = f"from torch.utils.data import DataLoader\n\n{body}"
     lines = [
-        f"# Recommended by loadertop: {rec.config.label()}, {rec.samples_per_s:,.0f} samples/s measured.",
+        f"# Recommended by loadertop: {rec.config.label()}, {rate(rec.samples_per_s)} samples/s measured.",
         *(f"# {line}" for line in rec.reason.splitlines()),
         body,
     ]

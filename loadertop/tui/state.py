@@ -7,9 +7,9 @@ The engine owns every judgement: at the end of a sweep (a row rerun included) it
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from loadertop.core.engine import TrialCount
+from loadertop.core.engine import Report, TrialCount, build_report
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.curves import family_key
 from loadertop.core.model.events import (
@@ -41,12 +41,13 @@ class Row:
     baseline: TrialResult | None = None  # the same configuration in the run this one is compared with
     runs: list[TrialResult] = field(default_factory=list)  # this configuration's measurements (finalists repeat)
 
-    def samples_per_s(self) -> float | None:
-        """The mean over this sweep's runs of the configuration, as the recommendation quotes it."""
-        rates = [r.samples_per_s for r in self.runs if r.status == "ok" and r.samples_per_s]
-        if len(rates) > 1:
-            return sum(rates) / len(rates)
-        return self.result.samples_per_s if self.result is not None else None
+    @property
+    def compared(self) -> bool:
+        """A rerun row with what it showed before: its change is against that."""
+        return self.baseline is not None and self.baseline is not self.result
+
+    def measured(self) -> list[TrialResult]:
+        return self.runs or ([self.result] if self.result is not None else [])
 
 
 class SweepState:
@@ -70,8 +71,6 @@ class SweepState:
         self.count = TrialCount()  # the engine's count: the total so far and what the search added to the plan
         self.measured: list[TrialResult] = []  # what this sweep measured (a row rerun's own trials)
         self.current: int | None = None
-        self.t = 0.0
-        self.finish_times: list[float] = []
         self.gpu_recent: dict[int, list[float]] = {}
         self.gpu_unavailable: str | None = None
         self.busy_recent: list[float] = []
@@ -101,26 +100,17 @@ class SweepState:
         return self.result.recommendation if self.result else None
 
     @property
+    def t(self) -> float:
+        """The sweep's clock (its latest probe tick), as the engine's count keeps it."""
+        return self.count.t
+
+    @property
     def total(self) -> int:
         return self.count.total
 
-    def finished_count(self) -> int:
-        return len(self.finish_times)
-
     def eta(self) -> float | None:
-        """Seconds left in this sweep: the mean finished-trial time times the trials to go."""
-        if not self.running:
-            return None
-        remaining = self.total - self.finished_count()
-        if remaining <= 0:
-            return 0.0
-        if self.finish_times:
-            per_trial = self.finish_times[-1] / len(self.finish_times)
-            into_current = self.t - self.finish_times[-1]
-        else:
-            per_trial = (self.settings.trial_seconds if self.settings else 8.0) + 2.0
-            into_current = self.t
-        return max(0.0, per_trial * remaining - into_current)
+        """Seconds left in this sweep: the engine's count says (TrialCount.eta)."""
+        return self.count.eta() if self.running else None
 
     def focus(self) -> TrialTrace | None:
         """The trial the memory and live panes show: the running one, else the highlighted row's latest."""
@@ -147,13 +137,28 @@ class SweepState:
         self.rows.sort(key=lambda r: (families.index(family_key(r.config)), r.config.num_workers))
         return row
 
+    def report(self) -> Report | None:
+        """The engine's report of what the table shows: the finished result, or mid-sweep every run so far (a
+        finalist's repeats included, their mean the engine's), compared with the previous run; after a row rerun,
+        each rerun row with what it showed before. Every figure a pane prints of a configuration is this report's."""
+        shown = self.snapshot()
+        if shown is None:
+            return None
+        if self.running:
+            shown = replace(shown, trials=tuple(t for row in self.rows for t in row.measured()))
+        previous = self.previous
+        if self.only:
+            baselines = tuple(row.baseline for row in self.rows if row.compared and row.baseline is not None)
+            previous = replace(shown, trials=baselines) if baselines else None
+        return build_report(shown, previous)
+
     def snapshot(self) -> SweepResult | None:
         """The result to export now: the finished one, or the trials finished so far mid-sweep."""
         if not self.running and self.result is not None:
             return self.result
         if self.machine is None or self.settings is None:
             return self.result
-        trials = tuple(t for row in self.rows for t in (row.runs or ([row.result] if row.result else [])))
+        trials = tuple(t for row in self.rows for t in row.measured())
         return SweepResult(
             machine=self.machine,
             settings=self.settings,
@@ -225,8 +230,6 @@ class SweepState:
         self.settings = event.settings
         self.run_dir = event.run_dir
         self.phase = "running"
-        self.t = 0.0
-        self.finish_times = []
         self.measured = []
         self.current = None
         self.live = None
@@ -276,7 +279,6 @@ class SweepState:
         return {"live", "gpu", "header"}
 
     def _probe(self, sample: ProbeSample) -> set[str]:
-        self.t = max(self.t, sample.t)
         for gpu in sample.gpus:
             push(self.gpu_recent.setdefault(gpu.index, []), gpu.util_percent)
         if not sample.gpus and sample.gpu_unavailable:
@@ -298,7 +300,6 @@ class SweepState:
             trace.result = result
         if self.live is trace:
             self.live = None
-        self.finish_times.append(self.t)
         return set(PANES)
 
     def _sweep_finished(self, result: SweepResult) -> set[str]:

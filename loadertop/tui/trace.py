@@ -41,6 +41,7 @@ class TrialTrace:
     batches_per_s: list[float] = field(default_factory=list)
     busy: list[float] = field(default_factory=list)  # 1 - stall fraction, per progress block
     spread: float | None = None
+    median_samples_per_s: float | None = None  # the engine's figure so far
     stall_fraction: float | None = None
     worker_pids: list[int] = field(default_factory=list)
     uss: dict[int, list[float]] = field(default_factory=dict)  # pid -> its USS readings (MB), drawn as a sparkline
@@ -63,6 +64,7 @@ class TrialTrace:
         push(self.batches_per_s, event.batches_per_s)
         push(self.busy, 1.0 - event.stall_fraction)
         self.spread = event.spread
+        self.median_samples_per_s = event.median_samples_per_s
         self.stall_fraction = event.stall_fraction
 
     def probe(self, sample: ProbeSample) -> bool:

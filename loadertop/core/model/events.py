@@ -52,6 +52,8 @@ class TrialProgress:
     stall_fraction: float  # over the measured blocks so far
     elapsed_s: float  # since the trial started
     spread: float | None  # IQR/median of the recent blocks, None until enough blocks
+    # The median block's samples/s so far: the trial's figure as it stands, the engine's (its result may count fewer).
+    median_samples_per_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from textual_plotext import PlotextPlot
 
-from loadertop.core.engine import pct
-from loadertop.tui import fmt
+from loadertop.core.engine import pct, rate
 from loadertop.tui.attach.state import LiveState
 
 
@@ -52,7 +51,7 @@ class LiveThroughputChart(PlotextPlot):
         if legend:
             plt.xlabel("seconds since attach")
             plt.ylabel("stall %", yside="right")  # type: ignore[call-arg]  # textual-plotext's stub calls it xside; plotext takes yside
-        now = f"{fmt.rate(snap.samples_per_s)} samples/s · stall {pct(snap.stall_fraction)}" if snap else ""
+        now = f"{rate(snap.samples_per_s)} samples/s · stall {pct(snap.stall_fraction)}" if snap else ""
         title = f"Throughput · {now}"
         if not legend:
             title += " · ⠿ samples/s · ⠿ stall % (right, red)"

@@ -10,15 +10,14 @@ import math
 import threading
 from collections.abc import Iterator, Sequence
 
+from loadertop.core.engine import leak_warning
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
 
 DEMO_PID = 48213
 DEMO_COMMAND = "python train.py --epochs 20 --batch-size 64 --data /data/imagenet-mini"
-LEAK = (  # as the engine words it (engine/verdict/leak.py)
-    "1 worker grows 38 MB/min; at this rate it exhausts the 22.0 GiB available in 9 h 53 min. Likely cause: "
-    "copy-on-read of Python objects (lists/dicts of samples) in the workers; fix: keep samples in numpy arrays or "
-    "tensors (see docs/attach.md)"
-)
+GROWTH_MB_PER_MIN = 38.0  # the leaking worker's
+AVAILABLE_MB = 22.0 * 1024  # memory available to the job when the view attached
+LEAK = leak_warning([GROWTH_MB_PER_MIN], AVAILABLE_MB)  # the engine's sentence, as a live session words it
 
 
 def demo_snapshot(i: int, *, interval: float = 2.0, epoch_s: float = 20.0, ended: str | None = None) -> LiveSnapshot:
@@ -31,10 +30,10 @@ def demo_snapshot(i: int, *, interval: float = 2.0, epoch_s: float = 20.0, ended
     workers = tuple(
         LiveWorker(
             pid=DEMO_PID + 1 + w,
-            uss_mb=212.0 + 3 * w + (38.0 * t / 60 if w == 2 else 0.4 * math.sin(i + w)),
+            uss_mb=212.0 + 3 * w + (GROWTH_MB_PER_MIN * t / 60 if w == 2 else 0.4 * math.sin(i + w)),
             pss_mb=118.0 + 2 * w + (19.0 * t / 60 if w == 2 else 0.0),
             cpu_percent=82.0 + 4 * w - 30 * after_boundary,
-            uss_slope_mb_per_min=(38.0 if w == 2 else 0.1 * (w - 1.5)) if i >= 5 else None,
+            uss_slope_mb_per_min=(GROWTH_MB_PER_MIN if w == 2 else 0.1 * (w - 1.5)) if i >= 5 else None,
             uss_slope_err_mb_per_min=(2.0 if w == 2 else 0.3) if i >= 5 else None,
             leaking=w == 2 and i >= 10,
         )
@@ -58,7 +57,7 @@ def demo_snapshot(i: int, *, interval: float = 2.0, epoch_s: float = 20.0, ended
         total_pss_mb=2210.0 + 19.0 * t / 60,
         gpu_util=45.0 if after_boundary else 78.0 + 8 * math.sin(i * 0.5),
         gpu_unavailable=None,
-        mem_available_mb=22.0 * 1024 - 38.0 * t / 60,
+        mem_available_mb=AVAILABLE_MB - GROWTH_MB_PER_MIN * t / 60,
         warnings=(LEAK,) if i >= 10 else (),
         missing=(),
         notes=(f"epoch {epoch - 1}: 400 batches in {epoch_s - 0.4:.1f} s",) if after_boundary and t > interval else (),

@@ -16,8 +16,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
+from loadertop.core.engine import clock
 from loadertop.core.model.jobs import JobInfo
-from loadertop.tui import fmt
 from loadertop.tui.attach.widgets import WATCH_HINT
 
 JobLister = Callable[[], list[JobInfo]]
@@ -33,7 +33,7 @@ EMPTY = (
 def job_line(job: JobInfo, now: float) -> Content:
     """pid, when it started (clock time and how long ago), and its command line."""
     started = time.strftime("%H:%M:%S", time.localtime(job.hello.started))
-    ago = fmt.clock(now - job.hello.started)
+    ago = clock(now - job.hello.started)
     return Content.assemble(
         (f"{job.pid:>8}", "bold"), f"  {started} ({ago} ago)  ", (job.command or "(command unknown)", "")
     )

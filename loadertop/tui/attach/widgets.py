@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from loadertop.core.engine import pct
+from loadertop.core.engine import clock, mb, pct, percent, rate, slope, utilization
 from loadertop.tui import fmt
 from loadertop.tui.attach.state import LiveState, WorkerTrace
 from loadertop.tui.widgets.pane import Pane
@@ -30,7 +30,7 @@ class AttachHeader(Pane[LiveState]):
             (f"pid {info.pid}", "bold"),
             " · ",
             watched,
-            f" · every {info.interval:g} s · {fmt.clock(state.elapsed())} elapsed",
+            f" · every {info.interval:g} s · {clock(state.elapsed())} elapsed",
         )
         lines = [first, Content.styled(info.command or "(command line unknown)", "dim"), self._figures()]
         if state.ended is not None:
@@ -51,11 +51,11 @@ class AttachHeader(Pane[LiveState]):
             return Content.styled("waiting for the first interval…", "dim")
         parts: list[str | tuple[str, str]] = []
         if not snap.watched:
-            memory = f"total PSS {fmt.mb(snap.total_pss_mb)} · main CPU {_cpu(snap.main_cpu_percent)}"
+            memory = f"total PSS {mb(snap.total_pss_mb)} · main CPU {percent(snap.main_cpu_percent)}"
             return Content.assemble(memory, ("  (rates and epochs need loadertop.watch() in the job)", "dim"))
         if snap.epoch is not None:
             parts += [("epoch ", "dim"), (f"{snap.epoch}", "bold"), "  "]
-        parts += [(fmt.rate(snap.samples_per_s), "bold"), " samples/s · ", (fmt.rate(snap.batches_per_s), "bold")]
+        parts += [(rate(snap.samples_per_s), "bold"), " samples/s · ", (rate(snap.batches_per_s), "bold")]
         parts += [" batches/s · stall ", (pct(snap.stall_fraction), "bold")]
         if snap.step_ms is not None:
             parts.append(f" · step {snap.step_ms:.1f} ms")
@@ -78,10 +78,10 @@ class WorkersPane(Pane[LiveState]):
         width, height = max(self.content_size.width, 20), max(self.content_size.height, 2)
         if snap is None:
             return Content.styled("waiting for the first interval…", "dim")
-        main = f"main CPU {_cpu(snap.main_cpu_percent)} · RSS {fmt.mb(snap.main_rss_mb)}"
+        main = f"main CPU {percent(snap.main_cpu_percent)} · RSS {mb(snap.main_rss_mb)}"
         lines = [
-            Content.assemble(("total PSS ", "bold"), f"{fmt.mb(snap.total_pss_mb)} · {main}"),
-            Content.styled(f"{fmt.mb(snap.mem_available_mb)} available to the job", "dim"),
+            Content.assemble(("total PSS ", "bold"), f"{mb(snap.total_pss_mb)} · {main}"),
+            Content.styled(f"{mb(snap.mem_available_mb)} available to the job", "dim"),
         ]
         workers = self.state.current_workers()
         if not workers:
@@ -96,7 +96,7 @@ class WorkersPane(Pane[LiveState]):
         if hidden:
             slopes = [w.last.uss_slope_mb_per_min for w in hidden if w.last and w.last.uss_slope_mb_per_min]
             steepest = max(slopes, default=None)
-            lines.append(Content.styled(f"+{len(hidden)} more · steepest {fmt.slope(steepest)}", "dim"))
+            lines.append(Content.styled(f"+{len(hidden)} more · steepest {slope(steepest)}", "dim"))
         return Content("\n").join(lines)
 
     def _line(self, worker: WorkerTrace, width: int, top: float, flag: bool) -> Content:
@@ -106,13 +106,13 @@ class WorkersPane(Pane[LiveState]):
         mark = " ⚠" if flag else ""
         # The numbers matter more than the sparkline: USS and slope always, then CPU, PSS and the slope's error
         # while the sparkline keeps SPARK_MIN cells.
-        fields = [f" {fmt.mb(last.uss_mb):>7}", f" {_slope(last.uss_slope_mb_per_min, None):>13}"]
+        fields = [f" {mb(last.uss_mb):>7}", f" {slope(last.uss_slope_mb_per_min):>13}"]
         extra = {
-            "cpu": f" CPU {_cpu(last.cpu_percent):>4}",
-            "pss": f" PSS {fmt.mb(last.pss_mb, short=True):>5}",
+            "cpu": f" CPU {percent(last.cpu_percent):>4}",
+            "pss": f" PSS {mb(last.pss_mb, short=True):>5}",
         }
         used = len(label) + len(mark) + sum(map(len, fields))
-        slope_err = _slope(last.uss_slope_mb_per_min, last.uss_slope_err_mb_per_min)
+        slope_err = slope(last.uss_slope_mb_per_min, last.uss_slope_err_mb_per_min)
         if width - used - (len(slope_err) - 13) >= SPARK_MIN + 30:
             fields[1] = f" {slope_err:>17}"
             used += 4
@@ -152,7 +152,7 @@ class GpuLivePane(Pane[LiveState]):
                 return Content.styled("waiting for the first interval…", "dim")
             return Content.styled(why or "unavailable: no GPU reading yet", "$warning")
         now = snap.gpu_util if snap is not None else None
-        stats = f"{_cpu(now):>4} avg {sum(values) / len(values):3.0f}% max {max(values):3.0f}%"
+        stats = utilization(now, values)
         spark = fmt.spark(values, width - len(stats) - 1, lo=0, hi=100)
         return Content.assemble((spark, "$accent"), " ", stats)
 
@@ -184,13 +184,3 @@ class MessagesPane(Pane[LiveState]):
     def update_view(self) -> None:
         super().update_view()
         self.refresh(layout=True)  # long warnings wrap: the height follows the text, not its line count
-
-
-def _slope(value: float | None, err: float | None) -> str:
-    if value is None:
-        return "—"
-    return f"{value:+.1f}±{err:.1f} MB/min" if err is not None else fmt.slope(value)
-
-
-def _cpu(value: float | None) -> str:
-    return "—" if value is None else f"{value:.0f}%"

@@ -3,21 +3,12 @@ and the consumer-busy % (1 − stall fraction) instead."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from textual.content import Content
 
+from loadertop.core.engine import utilization
 from loadertop.tui import fmt
 from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
-
-
-def _stats(recent: Sequence[float], trial: Sequence[float], scale: float) -> str:
-    """now / avg / max: the sparkline rescales, so the absolute numbers sit beside it."""
-    now = f"{recent[-1] * scale:3.0f}%" if recent else "   —"
-    if trial:
-        return f"{now} avg {sum(trial) / len(trial) * scale:3.0f}% max {max(trial) * scale:3.0f}%"
-    return f"{now} avg    — max    —"
 
 
 class GpuPane(Pane[SweepState]):
@@ -43,7 +34,8 @@ class GpuPane(Pane[SweepState]):
             for i in indices:
                 trial = trace.gpu_util.get(i, []) if trace else []
                 recent = state.gpu_recent.get(i, []) if live else trial
-                stats = _stats(recent, trial, 1.0)
+                # now / avg / max (the engine's): the sparkline rescales, so the absolute numbers sit beside it
+                stats = utilization(recent[-1] if recent else None, trial)
                 label = f"{i} "
                 spark = fmt.spark(recent, width - len(label) - len(stats) - 1, lo=0, hi=100)
                 lines.append(Content.assemble((label, "bold"), (spark, "$accent"), " ", stats))
@@ -53,7 +45,7 @@ class GpuPane(Pane[SweepState]):
         lines.append(Content.styled(fmt.no_gpu_line(state.gpu_unavailable), "$warning"))
         trial_busy = trace.busy if trace else []
         recent = state.busy_recent if live else trial_busy
-        stats = _stats(recent, trial_busy, 100.0)
+        stats = utilization(recent[-1] if recent else None, trial_busy, scale=100.0)
         label = "busy "
         spark = fmt.spark(recent, width - len(label) - len(stats) - 1, lo=0.0, hi=1.0)
         lines.append(Content.assemble((label, "bold"), (spark, "$accent"), " ", stats))

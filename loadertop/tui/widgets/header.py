@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from loadertop.core.engine import clock, mb, rate
 from loadertop.core.model.results import MachineInfo
 from loadertop.tui import fmt
 from loadertop.tui.state import SweepState
@@ -22,7 +23,7 @@ class HeaderPane(Pane[SweepState]):
                 Content.assemble(
                     ("★ ", "bold $success"),
                     (f"{rec.config.label()}", "bold"),
-                    f": {fmt.rate(rec.samples_per_s)} samples/s. ",
+                    f": {rate(rec.samples_per_s)} samples/s. ",
                     rec.reason,
                 )
             )
@@ -54,7 +55,7 @@ class HeaderPane(Pane[SweepState]):
             cpus += f" of {machine.logical_cpus}"
         if machine.cpu_quota is not None:
             cpus += f" (quota {machine.cpu_quota:g})"
-        mem = f"{fmt.mb(machine.mem_total_mb)} RAM, {fmt.mb(machine.mem_available_mb)} free"
+        mem = f"{mb(machine.mem_total_mb)} RAM, {mb(machine.mem_available_mb)} free"
         if machine.gpus:
             names = sorted({g.name.removeprefix("NVIDIA ") for g in machine.gpus})
             gpus = f"{len(machine.gpus)}× {', '.join(names)}"
@@ -84,7 +85,7 @@ class HeaderPane(Pane[SweepState]):
                 parts.append(f" {config.label()}")
             else:
                 parts.append(f"starting ({_trials(state.total)} planned)")
-            parts.append(f" · {fmt.clock(state.t)} elapsed · ~{fmt.clock(state.eta())} left")
+            parts.append(f" · {clock(state.t)} elapsed · ~{clock(state.eta())} left")
             if state.only:
                 parts.append(" · row rerun")
             if state.paused:
@@ -104,7 +105,7 @@ class HeaderPane(Pane[SweepState]):
                 parts.append(self._grown())
             if failed:
                 parts.append(f" ({failed} not ok)")
-            parts.append(f" in {fmt.clock(result.wall_s or state.t)}")
+            parts.append(f" in {clock(result.wall_s or state.t)}")
             if result.interrupted:
                 parts.append(("  stopped early", "$warning"))
             if state.recommendation is None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
+from loadertop.core.engine import mb, slope
 from loadertop.tui import fmt
 from loadertop.tui.state import SweepState
 from loadertop.tui.trace import WorkerMemory
@@ -33,9 +34,9 @@ class MemoryPane(Pane[SweepState]):
         lines = [
             Content.assemble(
                 (total, "bold"),
-                f"{fmt.mb(trace.pss_mb)} · ",
+                f"{mb(trace.pss_mb)} · ",
                 ("RSS ", "bold"),
-                f"{fmt.mb(trace.rss_mb)} ",
+                f"{mb(trace.rss_mb)} ",
                 ("incl. shared pages" if width >= 46 else "incl. shared", "dim"),
             )
         ]
@@ -58,20 +59,18 @@ class MemoryPane(Pane[SweepState]):
         if hidden:
             steepest = max((w.slope for w in hidden if w.slope is not None), default=None)
             peak = max((w.now or 0.0) for w in hidden)
-            lines.append(
-                Content.styled(f"+{len(hidden)} more · up to {fmt.mb(peak)} · steepest {fmt.slope(steepest)}", "dim")
-            )
+            lines.append(Content.styled(f"+{len(hidden)} more · up to {mb(peak)} · steepest {slope(steepest)}", "dim"))
         if climbing and len(lines) < height:
             names = ",".join(w.label for w in climbing[:4])
             lines.append(Content.styled(f"⚠ {names}: USS keeps climbing (copy-on-read?)", "bold $warning"))
         return Content("\n").join(lines)
 
     def _worker_line(self, worker: WorkerMemory, width: int, top: float) -> Content:
-        now = f"{fmt.mb(worker.now):>7}"
-        slope = f"{fmt.slope(worker.slope):>13}"
+        now = f"{mb(worker.now):>7}"
+        growth = f"{slope(worker.slope):>13}"
         flag = " ⚠" if worker.climbing else ""
         label = f"{worker.label:>3} "
-        room = width - len(label) - len(now) - len(slope) - len(flag) - 1
+        room = width - len(label) - len(now) - len(growth) - len(flag) - 1
         # A floor on the scale (4 MB or 5%) keeps a few pages of noise from looking like a climb.
         spark = fmt.spark(worker.series, room, min_range=max(4.0, 0.05 * top))
         return Content.assemble(
@@ -79,6 +78,6 @@ class MemoryPane(Pane[SweepState]):
             (spark, "$warning" if worker.climbing else "$accent"),
             " ",
             now,
-            (slope, "bold $warning" if worker.climbing else ""),
+            (growth, "bold $warning" if worker.climbing else ""),
             (flag, "bold $warning"),
         )

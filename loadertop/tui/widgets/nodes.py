@@ -13,7 +13,6 @@ from textual.dom import NoScreen
 from loadertop.core.engine import Report, ReportRow
 from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
-from loadertop.tui.widgets.results import live_report
 
 NARROW = ("node", "host", "samples/s", "per rank", "behind", "stall", "p99", "pss", "status")  # fits 80 columns
 LEFT = ("node", "host", "status")
@@ -28,7 +27,7 @@ class NodesPane(Pane[SweepState]):
         self.row: ReportRow | None = None
 
     def update_view(self) -> None:
-        self.report = live_report(self.state)
+        self.report = self.state.report()
         self.row = shown_row(self.report, self.state) if self.report is not None else None
         shown = self.row is not None
         self.set_class(shown, "-shown")  # the stylesheet shows it (unless the screen is too small)

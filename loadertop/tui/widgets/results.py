@@ -5,7 +5,6 @@ only a live table has: rows not measured yet, the running one, a queued rerun, a
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import ClassVar
 
 from rich.style import Style
@@ -14,9 +13,8 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from loadertop.core.engine import Report, ReportRow, build_report, config_cells, ordered
+from loadertop.core.engine import Report, ReportRow, config_cells, ordered
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.results import TrialResult
 from loadertop.tui.state import Row, SweepState
 
 RERUN_ROW_HELP = "rerun the highlighted configuration with more repeats (tighter spread)"
@@ -46,29 +44,6 @@ LEFT = ("cursor", "mark", "status")
 
 NOT_OK = ("failed", "skipped")
 UNMEASURED = (*NOT_OK, "not run", "interrupted")  # said in the samples/s column, visible at 80 columns
-
-
-def live_report(state: SweepState) -> Report | None:
-    """The report of what the table shows: the finished result, or mid-sweep every run so far (a finalist's repeats
-    included), compared with the previous run; after a row rerun, each rerun row with what it showed before."""
-    shown = state.snapshot()
-    if shown is None:
-        return None
-    if state.running:
-        shown = replace(shown, trials=tuple(t for row in state.rows for t in _runs(row)))
-    previous = state.previous
-    if state.only:
-        baselines = tuple(row.baseline for row in state.rows if _compared(row) and row.baseline is not None)
-        previous = replace(shown, trials=baselines) if baselines else None
-    return build_report(shown, previous)
-
-
-def _runs(row: Row) -> list[TrialResult]:
-    return row.runs or ([row.result] if row.result is not None else [])
-
-
-def _compared(row: Row) -> bool:
-    return row.baseline is not None and row.baseline is not row.result
 
 
 def status_text(row: Row, measured: ReportRow | None = None) -> str:
@@ -126,7 +101,7 @@ class ResultsTable(DataTable[Text]):
         self._pointed = None  # the rows are new; adding the first one may move the cursor (and POINTER) to it
         rows = {row.config: row for row in self.state.rows}
         self.configs = ordered(rows)
-        report = live_report(self.state)  # built here: on a trial's start or end, not per sample
+        report = self.state.report()  # built here: on a trial's start or end, not per sample
         theme = self.app.theme_variables
         for config in self.configs:
             self.add_row(*self._cells(rows[config], report, theme), key=str(len(self.rows)))
@@ -152,7 +127,7 @@ class ResultsTable(DataTable[Text]):
     def _cells(self, row: Row, report: Report | None, theme: dict[str, str]) -> list[Text]:
         measured = report.row_for(row.config) if report is not None else None
         values = _values(row, report, measured)
-        if self.state.only and not _compared(row):
+        if self.state.only and not row.compared:
             values["change"] = ""  # not rerun: this row has nothing new to compare
         style = _row_style(row, measured, theme)
         cells = {key: Text(text, style=style, justify="left" if key in LEFT else "right")

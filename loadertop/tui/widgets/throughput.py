@@ -4,15 +4,14 @@ num_workers over the finished trials with the knee, the recommendation and memor
 from __future__ import annotations
 
 from collections import defaultdict
-from statistics import median
+from collections.abc import Iterable
 
 from textual.content import Content
 from textual_plotext import PlotextPlot
 
-from loadertop.core.engine import pct
+from loadertop.core.engine import ReportRow, build_report, pct, rate, seconds
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import family_key
-from loadertop.core.model.results import TrialResult
 from loadertop.tui import fmt
 from loadertop.tui.state import SweepState
 from loadertop.tui.widgets.pane import Pane
@@ -39,20 +38,20 @@ class LivePane(Pane[SweepState]):
             why = (result.error or result.reason or "no reason given").strip()
             return Content.assemble((f"{result.status}: ", "bold $error"), (why, "$error"))
         if not trace.batches_per_s:
-            first = f"first batch after {fmt.seconds(trace.first_batch_s)}; " if trace.first_batch_s else ""
+            first = f"first batch after {seconds(trace.first_batch_s)}; " if trace.first_batch_s else ""
             return Content.styled(f"{first}skipping the start-up buffer…", "dim")
         now = trace.batches_per_s[-1]
-        numbers = f" {fmt.rate(now)} batches/s · {fmt.rate(trace.samples_per_s[-1])} samples/s"
+        numbers = f" {rate(now)} batches/s · {rate(trace.samples_per_s[-1])} samples/s"
         spark = fmt.spark(trace.batches_per_s, width - len(numbers), lo=0.0, min_range=1.0)
-        med = result.samples_per_s if result and result.samples_per_s else median(trace.samples_per_s)
+        med = result.samples_per_s if result and result.samples_per_s else trace.median_samples_per_s
         spread = result.spread if result else trace.spread
         stall = result.stall_fraction if result else trace.stall_fraction
         # Most important first; what does not fit the width is left off rather than cut.
         pieces = [
-            f"median {fmt.rate(med)} samples/s" + (f" ±{pct(spread)}" if spread is not None else ""),
+            f"median {rate(med)} samples/s" + (f" ±{pct(spread)}" if spread is not None else ""),
             f"stall {pct(stall)}",
             *([f"{pct(result.fraction_of_ceiling)} of ceiling"] if result and result.fraction_of_ceiling else []),
-            f"1st batch {fmt.seconds(trace.first_batch_s)}",
+            f"1st batch {seconds(trace.first_batch_s)}",
             f"{len(trace.batches_per_s)} blocks",
         ]
         detail = pieces[0]
@@ -86,7 +85,8 @@ class ThroughputChart(PlotextPlot):
         self.plt.clear_figure()
         # Short panes keep every row for the curves: the title carries the legend instead.
         legend = self.size.height >= 14
-        families = _families(state)
+        report = state.report()
+        families = _families(report.rows if report is not None else ())
         if not families:
             self.border_title = "samples/s vs num_workers: drawn as trials finish"
             self.refresh()
@@ -100,7 +100,7 @@ class ThroughputChart(PlotextPlot):
         if rec is not None:
             label = "recommended" if legend else None
             self.plt.scatter([rec.config.num_workers], [rec.samples_per_s], marker="★", color="red", label=label)
-        self.plt.xticks(sorted({t.config.num_workers for points in families.values() for t, _ in points}))
+        self.plt.xticks(sorted({row.config.num_workers for points in families.values() for row in points}))
         if legend:
             self.plt.xlabel("num_workers")
             self.plt.ylabel("PSS MB", yside="right")  # type: ignore[call-arg]  # textual-plotext's stub calls it xside; plotext takes yside
@@ -119,40 +119,34 @@ class ThroughputChart(PlotextPlot):
         previous = self.state.previous
         if previous is None or previous is self.state.result:
             return False
-        old = sorted(
-            (t for t in previous.trials if t.status == "ok" and t.samples_per_s and family_key(t.config) == main),
-            key=lambda t: t.config.num_workers,
-        )
+        old = _families(build_report(previous).rows).get(main)
         if not old:
             return False
-        xs, ys = [t.config.num_workers for t in old], [t.samples_per_s for t in old]
+        xs, ys = [row.config.num_workers for row in old], [row.samples_per_s for row in old]
         self.plt.plot(xs, ys, marker=".", color="gray", label="previous" if legend else None)
         return True
 
-    def _plot_curves(self, families: dict[TrialConfig, list[Point]], main: TrialConfig, legend: bool) -> bool:
+    def _plot_curves(self, families: dict[TrialConfig, list[ReportRow]], main: TrialConfig, legend: bool) -> bool:
         """Up to four families, the main one first, and its PSS on the right axis; True when PSS was drawn."""
         colors = ["cyan", "magenta", "blue", "yellow"]
         for n, (fam, points) in enumerate(sorted(families.items(), key=lambda kv: kv[0] != main)[:4]):
             label = "samples/s" if fam == main else fam.label().replace("w=0 ", "")
-            xs, ys = [t.config.num_workers for t, _ in points], [rate for _, rate in points]
+            xs, ys = [row.config.num_workers for row in points], [row.samples_per_s for row in points]
             self.plt.plot(xs, ys, marker="braille", color=colors[n], label=label if legend or fam != main else None)
-        pss = [(t.config.num_workers, t.total_pss_mb) for t, _ in families[main] if t.total_pss_mb is not None]
+        pss = [(row.config.num_workers, row.pss_mb) for row in families[main] if row.pss_mb is not None]
         if pss:
             counts, pss_mb = zip(*pss, strict=True)
             self.plt.plot(counts, pss_mb, marker="•", color="green", yside="right", label="PSS MB" if legend else None)
         return bool(pss)
 
 
-Point = tuple[TrialResult, float]
-
-
-def _families(state: SweepState) -> dict[TrialConfig, list[Point]]:
-    """Finished ok rows by family, each sorted by workers. Points are rows, so a finalist measured twice is
-    plotted at its mean, as the table shows it."""
-    families: dict[TrialConfig, list[Point]] = defaultdict(list)
-    for row in state.rows:
-        if row.result is not None and row.status == "ok" and (rate := row.samples_per_s()):
-            families[family_key(row.config)].append((row.result, rate))
+def _families(rows: Iterable[ReportRow]) -> dict[TrialConfig, list[ReportRow]]:
+    """The report's measured rows by family, each by worker count: a finalist measured twice is one point at the
+    engine's mean of its runs, as the table shows it."""
+    families: dict[TrialConfig, list[ReportRow]] = defaultdict(list)
+    for row in rows:
+        if row.status == "ok" and row.samples_per_s is not None:
+            families[family_key(row.config)].append(row)
     for points in families.values():
-        points.sort(key=lambda point: point[0].config.num_workers)
+        points.sort(key=lambda row: row.config.num_workers)
     return dict(families)

@@ -8,6 +8,7 @@ guard, the probes and the window (the steady part of the trial the probes summar
 from __future__ import annotations
 
 import signal
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -72,6 +73,7 @@ class TrialWatch:
         self.exited = False
         self.last_what = "starting"  # what the trial did last, for the message when it hangs
         self.last_activity = time.monotonic()
+        self.rates: list[float] = []  # the blocks' samples/s so far, for the running median the faces show
 
     # -- the loop's side ------------------------------------------------------------------------------------------
 
@@ -127,6 +129,9 @@ class TrialWatch:
 
     def _block(self, message: Block) -> None:
         self.last_what = f"measured block {message.block}"
+        if message.block <= len(self.rates):  # the trial started its blocks over (blocks of whole epochs)
+            self.rates.clear()
+        self.rates.append(message.samples_per_s)
         self.emit(
             TrialProgress(
                 self.index,
@@ -136,6 +141,7 @@ class TrialWatch:
                 message.stall_fraction,
                 message.elapsed_s,
                 message.spread,
+                statistics.median(self.rates),
             )
         )
 

@@ -3,6 +3,6 @@ one LiveSnapshot per interval. The faces use it through loadertop.core.engine.""
 
 from loadertop.core.engine.live.session import LiveSession, open_session
 from loadertop.core.engine.live.target import AttachError, find_jobs
-from loadertop.core.engine.verdict.leak import LeakConfig
+from loadertop.core.engine.verdict.leak import LeakConfig, leak_warning
 
-__all__ = ["AttachError", "LeakConfig", "LiveSession", "find_jobs", "open_session"]
+__all__ = ["AttachError", "LeakConfig", "LiveSession", "find_jobs", "leak_warning", "open_session"]

@@ -7,6 +7,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from loadertop.core.engine.wording import rate
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.events import ProbeSample
 from loadertop.core.model.live_protocol import (
@@ -59,15 +60,14 @@ def _epoch_note(message: JobEpoch) -> str:
 
 def _tune_note(message: TuneStep | TuneChose) -> str:
     if isinstance(message, TuneChose):
-        rate = "" if message.samples_per_s is None else f" ({message.samples_per_s:,.0f} samples/s)"
+        chose = "" if message.samples_per_s is None else f" ({rate(message.samples_per_s)} samples/s)"
         return (
-            f"tune chose {message.config.label()}{rate} after {message.trials} trials in {message.tuning_s:.0f} s: "
+            f"tune chose {message.config.label()}{chose} after {message.trials} trials in {message.tuning_s:.0f} s: "
             f"{message.reason} · {message.snippet}"
         )
     if message.message:
         return f"tune: {message.message}"
-    rate = "?" if message.samples_per_s is None else f"{message.samples_per_s:,.0f}"
-    return f"tune: {message.config.label()} {rate} samples/s (switch {message.switch_s:.2f} s)"
+    return f"tune: {message.config.label()} {rate(message.samples_per_s)} samples/s (switch {message.switch_s:.2f} s)"
 
 
 class MessageFold:

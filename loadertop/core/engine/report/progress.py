@@ -5,13 +5,24 @@ tried at the choice, a finalist measured again. Each trial the search chooses is
 (`Notice.search`, its phase) carrying the trial's index, before the trial is launched; a launch whose total is above
 the one shown so far was added by that decision. Every face counts with this one fold, so the TUI's header and the
 headless counter say the same thing: "trial 9/9 (8 planned +1 refine)", never a total that grows without a word.
+The same fold times the trials on the sweep's clock (its probe ticks), for the time left.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from loadertop.core.model.events import Event, Notice, SweepStarted, TrialFinished, TrialLaunched, TrialStarted
+from loadertop.core.model.events import (
+    Event,
+    Notice,
+    ProbeSample,
+    SweepStarted,
+    TrialFinished,
+    TrialLaunched,
+    TrialStarted,
+)
+
+STARTUP_S = 2.0  # a trial's start-up beyond its budget, guessed until one has finished
 
 
 @dataclass
@@ -20,19 +31,27 @@ class TrialCount:
     total: int = 0  # the plan so far: never below the trials launched
     added: dict[str, int] = field(default_factory=dict)  # trials past the first plan, by the phase that chose them
     _phases: dict[int, str] = field(default_factory=dict)  # trial index -> the phase of the decision that chose it
+    t: float = 0.0  # the sweep's clock: its latest probe tick
+    finished_at: list[float] = field(default_factory=list)  # the clock at each trial's end
+    trial_seconds: float = 8.0  # the sweep's trial budget
 
     def apply(self, event: Event) -> bool:
         """Fold one event in; True when the counter's text changed."""
         if isinstance(event, SweepStarted):
             self.planned = self.total = len(event.planned)
             self.added, self._phases = {}, {}
+            self.t, self.finished_at, self.trial_seconds = 0.0, [], event.settings.trial_seconds
             return True
+        if isinstance(event, ProbeSample):
+            self.t = max(self.t, event.t)
+            return False
         if isinstance(event, Notice) and event.search is not None and event.index is not None:
             self._phases[event.index] = event.search
             return False
         if isinstance(event, TrialLaunched | TrialStarted):
             return self._grow(event.index, event.total)
         if isinstance(event, TrialFinished):
+            self.finished_at.append(self.t)
             # A trial reported without a launch: one the memory guard or the DataLoader's knob rules skipped.
             unlaunched = "skipped" if event.result.status == "skipped" else "search"
             return self._grow(event.result.index, event.result.index + 1, unlaunched)
@@ -46,6 +65,16 @@ class TrialCount:
         self.added[phase] = self.added.get(phase, 0) + total - self.total
         self.total = total
         return True
+
+    def eta(self) -> float:
+        """Seconds left: the mean finished trial's time (before one has finished, the trial budget and STARTUP_S)
+        times the trials to go, less the time the running one has had."""
+        remaining = self.total - len(self.finished_at)
+        if remaining <= 0:
+            return 0.0
+        done = self.finished_at[-1] if self.finished_at else 0.0
+        per_trial = done / len(self.finished_at) if self.finished_at else self.trial_seconds + STARTUP_S
+        return max(0.0, per_trial * remaining - (self.t - done))
 
     def why(self) -> str:
         """'8 planned +1 refine +3 repeat' once the search has added trials, else ''."""

@@ -1,7 +1,7 @@
 """The report of a sweep: one row per configuration with every figure, mark and comparison a face shows.
 
-Headless text, Markdown, CSV and the TUI table all render from `build_report`, and every figure reads through
-`num` or `pct` here, so no two faces can disagree on a number or on how it is printed."""
+Headless text, Markdown, CSV and the TUI table all render from `build_report`, and every figure reads through the
+formatters of wording.py here, so no two faces can disagree on a number or on how it is printed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from loadertop.core.engine.nodes.node_rows import NODE_COLUMNS, NODE_HEADERS, NodeRow, node_rows, pacing
 from loadertop.core.engine.verdict.band import merge_repeats
-from loadertop.core.engine.wording import NONE, pct
+from loadertop.core.engine.wording import NONE, num, pct, percent, rate, seconds
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, family_key, on_curve
 from loadertop.core.model.nodes import NodeInfo
@@ -60,11 +60,6 @@ NODES_FOOTNOTE = (
     "Many nodes: samples/s is the job's as DDP sees it, every rank paced by the slowest (ranks × the slowest rank's "
     "samples/s); per node: each node's own samples/s, node 0 first; stall and p50/p99 are the worst node's."
 )
-
-
-def num(value: float | None, digits: int = 0, unit: str = "") -> str:
-    """The one number format: fixed digits, no separators, NONE when not measured."""
-    return NONE if value is None else f"{value:.{digits}f}{unit}"
 
 
 def config_cells(c: TrialConfig) -> dict[str, str]:
@@ -134,19 +129,19 @@ class ReportRow:
             "mark": self.marks,
             "runs": ",".join(map(str, self.runs)),
             **config_cells(self.config),
-            "samples/s": num(self.samples_per_s),
-            "nodes": " / ".join(num(n.samples_per_s) if n.status == "ok" else NONE for n in self.nodes),
+            "samples/s": rate(self.samples_per_s),
+            "nodes": " / ".join(rate(n.samples_per_s) if n.status == "ok" else NONE for n in self.nodes),
             "spread": pct(self.spread),
             "stall": pct(self.stall_fraction),
             "p50": num(self.wait_ms_p50, 1),
             "p99": num(self.wait_ms_p99, 1),
-            "first": num(self.first_batch_s, 2, " s"),
-            "epoch": num(self.epoch_restart_s, 2, " s"),
+            "first": seconds(self.first_batch_s),
+            "epoch": seconds(self.epoch_restart_s),
             "uss": num(self.uss_per_worker_mb),
             "pss": num(self.pss_mb),
             "rss": num(self.rss_mb),
-            "cpu": num(self.cpu_percent, 0, "%"),
-            "gpu": num(self.gpu_util, 0, "%"),
+            "cpu": percent(self.cpu_percent),
+            "gpu": percent(self.gpu_util),
             "change": self._change_cell() if compared else "",
             "status": self.status if self.status == "ok" else f"{self.status}: {self.error or self.reason}",
             "why": self.reason if self.status == "ok" else "",
@@ -164,14 +159,14 @@ def node_cells(row: NodeRow) -> dict[str, str]:
     return {
         "node": f"{row.node_rank}{' ◀' if row.paces else ''}",  # ◀ the node of the job's slowest rank
         "host": row.hostname or NONE,
-        "samples/s": num(row.samples_per_s),
-        "per rank": " ".join(num(r) for r in row.rank_samples_per_s) or NONE,
+        "samples/s": rate(row.samples_per_s),
+        "per rank": " ".join(rate(r) for r in row.rank_samples_per_s) or NONE,
         "behind": NONE if behind is None else ("fastest" if behind <= 0 else pct(-behind, signed=True)),
         "stall": pct(row.stall_fraction),
         "p99": num(row.wait_ms_p99, 1),
         "uss": num(row.uss_per_worker_mb),
         "pss": num(row.pss_mb),
-        "cpu": num(row.cpu_percent, 0, "%"),
+        "cpu": percent(row.cpu_percent),
         "status": row.status if row.status == "ok" else f"{row.status}: {row.error or 'no reason given'}",
     }
 

@@ -23,7 +23,7 @@ from loadertop.core.engine.verdict.reasons import has_cuda, oversubscribed
 from loadertop.core.engine.verdict.snippet import snippet
 from loadertop.core.engine.verdict.stops import stop_clause
 from loadertop.core.engine.verdict.transport_bound import transport_reason
-from loadertop.core.engine.wording import pct, sps, workers
+from loadertop.core.engine.wording import NONE, pct, sps, workers
 from loadertop.core.model.config import Settings
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
 
@@ -153,7 +153,7 @@ def rule_notes(knee: Knee | None, usl: UslFit | None, tolerance: float) -> list[
         notes.append(f"knee: none marked ({knee.rule}): {knee.reason}")
     elif knee is not None:
         kneedle = workers(knee.kneedle) if knee.kneedle is not None else "no knee"
-        band = workers(knee.noise_band) if knee.noise_band is not None else "–"
+        band = workers(knee.noise_band) if knee.noise_band is not None else NONE
         notes.append(
             f"knee: Kneedle says {kneedle}, the noise band rule says {band}; the knee marked is the {knee.rule} "
             f"rule's; the recommendation always uses the band rule (fewest workers within {pct(tolerance)} or the "

@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from loadertop.core.engine.wording import duration_text
+
 STEADY_THIRDS = 9  # readings from which steadiness is judged on thirds of the span (3 or more in each)
 
 
@@ -151,17 +153,6 @@ class LeakDetector:
         if not growing:
             return None
         return leak_warning([fit.slope_mb_per_min for fit in growing.values()], available_mb)
-
-
-def duration_text(seconds: float) -> str:
-    """'1 h 10 min', '25 min', '40 s'."""
-    if seconds < 60:
-        return f"{max(0, round(seconds))} s"
-    minutes = round(seconds / 60)
-    if minutes < 60:
-        return f"{minutes} min"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
 
 
 FIX = (
