@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -101,7 +102,13 @@ def test_run_folder_has_settings_log_trials_and_result(runs: Path) -> None:
     assert result.recommendation is not None
 
 
-def test_cancel_mid_trial_kills_everything_within_2s_and_keeps_finished(runs: Path, no_leftovers: None) -> None:
+def test_cancel_mid_trial_kills_everything_within_2s_and_keeps_finished(
+    runs: Path, no_leftovers: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A short temporary folder of the test's own: the killed trial's workers leave nothing there (their pymp-*)
+    temp = Path(tempfile.mkdtemp(prefix="lt-test", dir="/tmp"))
+    monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     settings = Settings(workers=(0, 4), **{**FAST, "trial_seconds": 30.0})
     sweep = Sweep(settings, out_dir=runs)
     pids: set[int] = set()
@@ -117,6 +124,8 @@ def test_cancel_mid_trial_kills_everything_within_2s_and_keeps_finished(runs: Pa
     result = sweep.result
     assert result is not None and result.interrupted
     assert [t.config.num_workers for t in read_trials(Path(sweep.run_dir))] == [0]
+    assert list(temp.iterdir()) == []
+    temp.rmdir()
 
 
 def test_pause_freezes_the_trial_and_resume_continues(runs: Path) -> None:

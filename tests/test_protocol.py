@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
+import tempfile
 import threading
 from pathlib import Path
 
@@ -332,3 +333,18 @@ def test_a_silent_trial_is_hung_once_and_a_paused_one_is_not() -> None:
     watch.last_activity -= 61
     assert watch.hung(60.0) and not watch.hung(60.0)
     assert watch.error == "no batch for 60 s (last: started 1 workers)"
+
+
+@pytest.mark.unit
+def test_the_runners_temporary_folder_leaves_room_for_multiprocessings_sockets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loadertop.core.engine.drive.runner_link import SOCKET_PATH_MAX, SOCKET_TAIL, runner_tmp
+
+    for base in (tmp_path, tmp_path / ("x" * 80)):  # a short TMPDIR is kept; one too long for a socket is not
+        base.mkdir(exist_ok=True)
+        monkeypatch.setattr(tempfile, "tempdir", str(base))
+        folder = runner_tmp()
+        assert len(str(folder)) + SOCKET_TAIL - len("/ltxxxxxxxx") <= SOCKET_PATH_MAX
+        assert (folder.parent == base) == (len(str(base)) + SOCKET_TAIL <= SOCKET_PATH_MAX)
+        folder.rmdir()

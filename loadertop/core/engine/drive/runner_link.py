@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -37,7 +39,8 @@ class RunnerProcess:
         self._log = open(log_path, "ab")  # noqa: SIM115 (lives as long as the runner)
         # The runner imports what the caller can import (as multiprocessing's spawn does with sys.path).
         path = os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path}
+        self.tmp = runner_tmp()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, "TMPDIR": str(self.tmp)}
         self.proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.PIPE,
@@ -116,6 +119,23 @@ class RunnerProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+SOCKET_PATH_MAX = 107  # an AF_UNIX address, the bytes before its NUL (Linux's sun_path is 108)
+# What the runner's processes add below it: lt…/pymp-…/listener-… (multiprocessing's fd-passing socket)
+SOCKET_TAIL = len("/ltxxxxxxxx/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def runner_tmp() -> Path:
+    """The runner's own temporary folder, removed when it closes: a killed trial or worker never removes the
+    pymp-* folder multiprocessing made for it (a sweep left ~35 in /tmp). Under a TMPDIR too long for the
+    sockets multiprocessing makes there (PyTorch's workers hand over batches through one: "AF_UNIX path too long",
+    and the loader hangs), it goes under /tmp instead."""
+    base = tempfile.gettempdir()
+    if len(os.fsencode(base)) + SOCKET_TAIL > SOCKET_PATH_MAX and os.access("/tmp", os.W_OK):
+        base = "/tmp"
+    return Path(tempfile.mkdtemp(prefix="lt", dir=base))
 
 
 def start_runner(log_path: Path, cancelled: threading.Event, argv: Sequence[str] = RUNNER_ARGV) -> RunnerProcess:
