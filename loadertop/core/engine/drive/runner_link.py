@@ -8,6 +8,7 @@ the decoder's reason rather than being guessed at.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import queue
@@ -120,6 +121,8 @@ class RunnerProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self._log.close()
         shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.tmp.exists():  # a trial's worker was still exiting (removing its own pymp-*): again at exit
+            atexit.register(shutil.rmtree, self.tmp, ignore_errors=True)
 
 
 SOCKET_PATH_MAX = 107  # an AF_UNIX address, the bytes before its NUL (Linux's sun_path is 108)
