@@ -93,6 +93,16 @@ def test_the_count_says_how_much_the_search_added_and_why() -> None:
             counters.append(count.counter(event.result.index))
     assert counters[:FIRST] == [f"{k}/{FIRST}" for k in range(1, FIRST + 1)]
     assert counters[FIRST:] == ["8/8 (7 planned +1 repeat)", "9/9 (7 planned +2 repeat)"]
+    assert count.ran(9) == "7 planned +2 repeat"
+
+
+@pytest.mark.unit
+def test_the_finished_count_adds_up_when_planned_rungs_were_not_needed() -> None:
+    # The ladder 0, 1, 2, 4, 8, 16, 32, 64 planned; the search ran 5 of it, refined 3 and repeated 7 (issue 22's run
+    # ended "done: 15 trials (8 planned +10 repeat)": 8 + 10 is not 15)
+    count = TrialCount(planned=8, total=18, added={"refine": 3, "repeat": 7})
+    assert count.ran(15) == "5 planned +3 refine +7 repeat; 3 planned not needed"
+    assert TrialCount(planned=8, total=8).ran(6) == ""  # nothing added: the plain count says it
 
 
 @pytest.mark.tui

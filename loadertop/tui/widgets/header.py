@@ -102,7 +102,8 @@ class HeaderPane(Pane[SweepState]):
                 parts.append((f"row rerun done: {again} measured again, {_trials(len(trials))}", "bold"))
             else:
                 parts.append((f"done: {_trials(len(trials))}", "bold"))
-                parts.append(self._grown())
+                ran = state.count.ran(len(trials))
+                parts.append(f" ({ran})" if ran else "")
             if failed:
                 parts.append(f" ({failed} not ok)")
             parts.append(f" in {clock(result.wall_s or state.t)}")

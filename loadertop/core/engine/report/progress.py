@@ -82,6 +82,17 @@ class TrialCount:
             return ""
         return " ".join([f"{self.planned} planned", *(f"+{n} {phase}" for phase, n in self.added.items())])
 
+    def ran(self, trials: int) -> str:
+        """After the sweep: '5 planned +10 repeat; 3 planned not needed' for `trials` run, the parts adding up to
+        them (the search skips rungs of its first plan that it learned it did not need), else ''."""
+        if not self.added:
+            return ""
+        extra = sum(self.added.values())
+        kept = max(0, trials - extra)
+        parts = [f"{kept} planned", *(f"+{n} {phase}" for phase, n in self.added.items())]
+        skipped = self.planned - kept
+        return " ".join(parts) + (f"; {skipped} planned not needed" if skipped > 0 else "")
+
     def counter(self, index: int) -> str:
         """'3/8', or '9/9 (8 planned +1 refine)': trial `index` (0-based) of the total so far, and why it grew."""
         shown = f"{index + 1}/{max(self.total, index + 1)}"
