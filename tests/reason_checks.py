@@ -30,6 +30,7 @@ def contradictions(result: SweepResult) -> list[str]:
         chosen = next(t for t in ok if t.config == rec.config)
         found += [f"recommendation: {p}" for p in _clauses(chosen, rec.reason, ok, tol, cpus)]
         found += [f"recommendation: {p}" for p in _comparisons(rec.reason)]
+        found += [f"recommendation: {p}" for p in _same_bound(chosen, rec.reason)]
         curve = curve_of(ok, chosen)  # the engine's curve of the recommendation (a 0-worker pick: its family's)
         if result.knee is not None:
             found += [f"knee: {p}" for p in _knee(result, curve, tol)]
@@ -52,6 +53,17 @@ def _clauses(t: TrialResult, reason: str, ok: list[TrialResult], tol: float, cpu
             measured = ", ".join(f"{o.config.num_workers}: {_sps(o):.0f}" for o in fewer)
             problems.append(f"'try fewer workers' when fewer measured slower ({measured} vs {_sps(t):.0f}): {reason}")
     return problems
+
+
+BOUNDS = re.compile(r"\b(epoch|transport|memory|CPU|consumer|main-process|I/O|loader)-bound\b")
+
+
+def _same_bound(row: TrialResult, why: str) -> list[str]:
+    """The recommendation's Why names what bounds it as its row does (issue 22: ★ 'epoch-bound', Why 'I/O-bound')."""
+    said, first = BOUNDS.search(row.reason), BOUNDS.search(why)
+    if said is None or first is None or said.group(1) == first.group(1):
+        return []
+    return [f"the row says {said.group(0)}, the Why {first.group(0)}: {row.reason} | {why}"]
 
 
 def _comparisons(reason: str) -> list[str]:

@@ -158,6 +158,8 @@ CASES = {
     "saturating 2 CPUs, a consumer": lambda: judged(SATURATING),
     "recorded_result.json": lambda: _recorded("recorded_result.json"),
     "previous_result.json": lambda: _recorded("previous_result.json"),
+    # issue 22's default run on the first-hour pipeline: the ★ row epoch-bound (its Why said I/O-bound)
+    "epoch_bound_result.json": lambda: _recorded("epoch_bound_result.json"),
 }
 
 

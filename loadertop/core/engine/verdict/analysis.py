@@ -19,7 +19,7 @@ from loadertop.core.engine.verdict.bound import (
     bound_of,
 )
 from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
-from loadertop.core.engine.verdict.reasons import has_cuda, oversubscribed
+from loadertop.core.engine.verdict.reasons import epoch_bound, has_cuda, oversubscribed
 from loadertop.core.engine.verdict.snippet import snippet
 from loadertop.core.engine.verdict.stops import stop_clause
 from loadertop.core.engine.verdict.transport_bound import transport_reason
@@ -245,7 +245,8 @@ def _recommendation_reason(
         return _zero_workers_reason(rec, ok, band, tail, who)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
         return _still_rising_reason(rec, band, machine, *end)
-    return _bound_reason(rec, curve, tail, machine)
+    epoch = epoch_bound(rec)  # what bounds its row in the table comes first there, so here too
+    return f"{epoch}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
 
 
 def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], band: float, tol: float, who: Name) -> str:
@@ -293,7 +294,9 @@ def _still_rising_reason(
     """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
     the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py)."""
     bound = bound_of(rec, machine)  # the one label rule; rising while CPU-saturated is the loader's limit still
-    if bound.kind == IO_BOUND:
+    if epoch := epoch_bound(rec):  # its row's words
+        kind = epoch
+    elif bound.kind == IO_BOUND:
         kind = IO_BOUND
     elif bound.kind == CPU_BOUND:  # the table's words for the same row
         kind = f"CPU-bound ({bound.cpus:.1f}/{machine.usable_cpus} CPUs)"

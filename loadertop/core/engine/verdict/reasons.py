@@ -75,7 +75,7 @@ def trial_reason(
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
-    phrase = _epoch_bound(trial) or transport or _bound(trial, machine)
+    phrase = epoch_bound(trial) or transport or _bound(trial, machine)
     if trial.config.pin_memory and not has_cuda(machine):
         phrase += ", pinning not measured (no CUDA)"
     over = oversubscribed(trial, machine, cpu_step, measured, tolerance)
@@ -94,7 +94,7 @@ def trial_reason(
     return phrase
 
 
-def _epoch_bound(trial: TrialResult) -> str | None:
+def epoch_bound(trial: TrialResult) -> str | None:
     """'epoch-bound (...)' when the epoch boundary takes EPOCH_BOUND_SHARE or more of the time, else None."""
     boundary = _boundary_share(trial)
     if boundary is None or boundary < EPOCH_BOUND_SHARE or trial.epoch_restart_s is None:
