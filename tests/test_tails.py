@@ -173,3 +173,31 @@ class _Indexed:
 
     def __getitem__(self, index: int) -> object:
         return self.make(index)  # type: ignore[operator]
+
+
+@pytest.mark.unit
+def test_no_clean_block_says_why_when_the_first_epoch_takes_the_whole_trial() -> None:
+    # 12-sample epochs at 40 ms a sample and a 0.3 s trial: the first epoch ends after the deadline, and nothing
+    # whole is left to measure (issue 22's 16-worker trial failed with a bare "no clean block")
+    import time
+
+    from torch.utils.data import DataLoader
+
+    from loadertop.core.trial.measure import MeasuredLoop
+
+    def sample(index: int) -> int:
+        time.sleep(0.04)
+        return index
+
+    loader = DataLoader(_Indexed(sample, 12), batch_size=2)
+    settings = Settings(trial_seconds=0.3, block_seconds=1.0)  # the first block runs into the epoch's end
+    loop = MeasuredLoop(loader, TrialConfig(0, 2, None, False, False, None), settings, lambda batch: None)
+    loop.start()
+    loop.first_batch()
+    loop.warm_up()
+    with pytest.raises(RuntimeError) as why:
+        loop.blocks(lambda message: None, stop_when_stable=False)
+    assert str(why.value) == (
+        "no clean block of batches within --trial-seconds 0.3: an epoch is 6 batches (1 of them the start-up "
+        "buffer), and the first ended with no time left to measure a whole one; try a longer --trial-seconds"
+    )

@@ -168,6 +168,7 @@ class MeasuredLoop:
         self.decide: tuple[float | None, float | None] = (None, None)  # (below, above): see TrialRequest
         self.boundary_s: float | None = None  # the epoch boundary measured after the first run
         self.batches = 0  # handed out so far, every epoch
+        self.epoch_batches: int | None = None  # the first epoch's length, once it ended
         self.warnings = _before(getattr(loader, "dataset", None), config, settings)  # the trial's warnings, in order
 
     def start(self) -> list[int]:
@@ -219,6 +220,8 @@ class MeasuredLoop:
         try:
             return next(self.it), False
         except StopIteration:
+            if self.epoch_batches is None:
+                self.epoch_batches = self.batches - 1
             self.it = iter(self.loader)
             out = next(self.it)
             self.crossings.append(time.perf_counter() - t)
@@ -279,6 +282,17 @@ class MeasuredLoop:
         if idle:
             self.warnings.append(idle)
         return replace(self._finished(tally, whole_epochs, stable, stop_when_stable), decided=decided)
+
+    def _why_no_block(self) -> str:
+        """The no-clean-block failure with its cause: the epochs too short for the time, or the batches too slow."""
+        head = f"no clean block of batches within --trial-seconds {self.settings.trial_seconds:g}"
+        buffer = f"{self.skip} of them the start-up buffer"
+        if self.epoch_batches is not None:
+            return (
+                f"{head}: an epoch is {self.epoch_batches} batches ({buffer}), and the first ended with no time left "
+                "to measure a whole one; try a longer --trial-seconds"
+            )
+        return f"{head}: {self.batches} batches arrived ({buffer}); try a longer --trial-seconds"
 
     def _decided(self, tally: _Tally) -> bool:
         """Whether the last DECIDE_BLOCKS blocks all lie beyond one edge of the decision the trial is measured for:
@@ -352,7 +366,7 @@ class MeasuredLoop:
 
         settings = self.settings
         if not tally.rates:
-            raise RuntimeError(f"no clean block of batches within --trial-seconds {settings.trial_seconds:g}")
+            raise RuntimeError(self._why_no_block())
         if not stop_when_stable and len(tally.rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
             stable = spread(tally.rates[-settings.min_blocks :]) <= settings.target_spread
         first_counted = len(tally.rates) - settings.min_blocks if stable else 0
