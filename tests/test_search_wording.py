@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -87,3 +88,17 @@ def test_a_noisy_rung_decided_on_a_loss_is_not_said_never_to_have_settled() -> N
     patient, rung = about4
     assert "never settled" not in patient and "a clear loss after 3 blocks, but noisy" in patient
     assert "one more rung" in patient and "clear loss" not in rung  # said once, not twice
+
+
+def test_a_rung_with_too_few_blocks_is_said_to_have_too_few_not_an_unsettled_spread() -> None:
+    # issue 22: "never settled (±4.3% over 2 blocks)", "(±0% over 1 blocks)": too few blocks, not a wide spread
+    curve = {0: 85.0, 1: 100.0, 2: 200.0, 4: 150.0, 8: 150.0}
+
+    def result(i: int, c: TrialConfig) -> TrialResult:
+        n = c.num_workers
+        t = trial(i, n, curve.get(n, 150.0), spread=0.0 if n == 4 else 0.01)
+        return dataclasses.replace(t, blocks=1, stable=False) if n == 4 else t
+
+    about4 = [s.message for s in climb(result) if s.message.startswith("4 workers")]
+    assert "but only 1 block measured of the 5 a settled run needs: one more rung" in about4[0], about4
+    assert "never settled" not in about4[0]

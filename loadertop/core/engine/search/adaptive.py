@@ -220,12 +220,17 @@ class AdaptivePlanner:
             self._patient = True
             self._told = n  # _next_rung does not say "a clear loss" again
             noisy = f"±{pct(t.spread or 0.0)} over {t.blocks} blocks"
-            why = (  # a decided trial did stop: on its decision, not on a settled spread
-                f"a clear {'loss' if gain < 0 else 'non-gain'} after {t.blocks} blocks, but noisy ({noisy}, wider "
-                f"than the {pct(self.settings.target_spread)} of a settled run)"
-                if t.decided
-                else f"but its spread never settled ({noisy})"
-            )
+            needed = self.settings.min_blocks
+            if t.decided:  # it did stop: on its decision, not on a settled spread
+                why = (
+                    f"a clear {'loss' if gain < 0 else 'non-gain'} after {t.blocks} blocks, but noisy ({noisy}, "
+                    f"wider than the {pct(self.settings.target_spread)} of a settled run)"
+                )
+            elif (t.blocks or 0) < needed:  # a spread over too few blocks says little, however small
+                blocks = f"{t.blocks} block{'' if t.blocks == 1 else 's'}"
+                why = f"but only {blocks} measured of the {needed} a settled run needs"
+            else:
+                why = f"but its spread never settled ({noisy})"
             self._note("climb", f"{head}, {over}, {why}: one more rung before concluding")
             return None
         # A loss beyond the band is not "less than the band": say which side of it the rung fell
