@@ -82,3 +82,19 @@ def test_a_climb_the_budget_ended_says_so() -> None:
         tuner.feed(result(workers, sps), None)
     reason = tuner.choice(USER).reason
     assert "the budget ended the climb at 16 workers (a larger budget_s)" in reason and "max_workers" not in reason
+
+
+def test_what_the_budget_left_unmeasured_is_said() -> None:
+    # issue 22: the refine's last bisect was chosen, the budget ended before it ran, and prefetch was never tried at
+    # the count kept; neither the decisions nor the reason said so.
+    tuner = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
+    rates = {0: 280.0, 1: 280.0, 2: 370.0, 4: 600.0, 8: 640.0}
+    while (config := tuner.next()) is not None and config.num_workers in rates and config.prefetch_factor in (2, None):
+        tuner.feed(result(config.num_workers, rates[config.num_workers]), None)
+    assert config is not None  # chosen next, never measured: the budget ended here
+    reason = tuner.choice(USER).reason
+    assert f"the budget ended before {config.label()}" in reason, (config, reason)
+    assert "prefetch_factor at 8 workers" in reason and "(a larger budget_s measures them)" in reason, reason
+    done = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
+    drive(done, lambda c, n: rates.get(c.num_workers, 600.0))
+    assert "the budget ended" not in done.choice(USER).reason  # the plan ran its course: nothing to say

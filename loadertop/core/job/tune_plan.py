@@ -92,6 +92,7 @@ class Tuner:
         self.planner = AdaptivePlanner(climb)
         self.planner.setup(machine, ())
         self._climbing = True
+        self._pending: TrialConfig | None = None  # chosen by next(), not yet fed back: the budget may end first
 
     def ceilings(self) -> tuple[Ceiling, ...]:
         if not self._step_s:
@@ -100,6 +101,10 @@ class Tuner:
         return (Ceiling(bs, bs / self._step_s, note="the training step measured by tune"),)
 
     def next(self) -> TrialConfig | None:
+        self._pending = self._next()
+        return self._pending
+
+    def _next(self) -> TrialConfig | None:
         if self._climbing:
             self.planner.setup(self.machine, self.ceilings())  # the ceiling moves as steps are measured
             config = self.planner.next(self.results)
@@ -113,15 +118,32 @@ class Tuner:
         """The first configuration not yet measured that differs from the kept one in one knob (prefetch_factor,
         then pin_memory), at the kept worker count; None when each has been measured."""
         kept = self.kept()
-        if kept is None:
+        alts = self._knobs_left(kept) if kept is not None else []
+        if kept is None or not alts:
             return None
-        for name in ("prefetch_factor", "pin_memory"):
-            for alt in self.settings.trial_configs():
-                same = all(getattr(alt, k) == getattr(kept, k) for k in _FIELDS if k != name)
-                if same and getattr(alt, name) != getattr(kept, name) and not self._measured(alt):
-                    self.decisions.append(f"knobs: at the kept count ({kept.label()}): try {name}={getattr(alt, name)}")
-                    return alt
-        return None
+        name, alt = alts[0]
+        self.decisions.append(f"knobs: at the kept count ({kept.label()}): try {name}={getattr(alt, name)}")
+        return alt
+
+    def _knobs_left(self, kept: TrialConfig) -> list[tuple[str, TrialConfig]]:
+        """(knob, configuration) not yet measured that differ from `kept` in that knob alone, in the order tried."""
+        return [
+            (name, alt)
+            for name in ("prefetch_factor", "pin_memory")
+            for alt in self.settings.trial_configs()
+            if getattr(alt, name) != getattr(kept, name)
+            and all(getattr(alt, k) == getattr(kept, k) for k in _FIELDS if k != name)
+            and not self._measured(alt)
+        ]
+
+    def _unmeasured(self, kept: TrialConfig) -> str:
+        """What the budget ended before measuring, for the reason ('' when the plan ran its course): the
+        configuration chosen next, the knobs at the kept count."""
+        left = [self._pending.label()] if self._pending is not None else []  # (a climb it ended says so itself)
+        knobs = list(dict.fromkeys(name for name, alt in self._knobs_left(kept) if alt != self._pending))
+        if knobs and (self._climbing or self._pending is not None):
+            left.append(f"{' and '.join(knobs)} at {kept.num_workers} workers")
+        return ", ".join(left)
 
     def kept(self) -> TrialConfig | None:
         """What the sweep's rule keeps over what was measured so far."""
@@ -135,6 +157,8 @@ class Tuner:
         return any(t.config == config for t in self.results)
 
     def feed(self, result: TrialResult, mean_step_s: float | None) -> None:
+        if result.config == self._pending:
+            self._pending = None
         self.results.append(dataclasses.replace(result, index=len(self.results)))
         if mean_step_s and mean_step_s > 0 and result.status == "ok":
             self._step_s = min(self._step_s or mean_step_s, mean_step_s)
@@ -168,6 +192,8 @@ class Tuner:
             "a --workers range", "max_workers"
         ).replace("(a larger budget)", "(a larger budget_s)")
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
+        if left := self._unmeasured(rec.config):  # the reason's rule held over what was measured, not over all
+            why += f"; the budget ended before {left} could be measured (a larger budget_s measures them)"
         return Choice(rec.config, rec.samples_per_s, why, self._line(rec.config))
 
     def _count_reason(self, config: TrialConfig, samples_per_s: float | None) -> str | None:
