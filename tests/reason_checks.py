@@ -42,10 +42,14 @@ def contradictions(result: SweepResult) -> list[str]:
 def _clauses(t: TrialResult, reason: str, ok: list[TrialResult], tol: float, cpus: int) -> list[str]:
     problems = []
     share = (t.cpu_percent or 0.0) / (100.0 * cpus) if t.cpu_percent is not None else None
+    machine = (t.machine_cpu_percent or 0.0) / (100.0 * cpus) if t.machine_cpu_percent is not None else None
     if "I/O-bound" in reason and share is not None and share >= BUSY:
         problems.append(f"'I/O-bound' at {share:.0%} of the usable CPUs: {reason}")
-    if reason.startswith("CPU-bound") and share is not None and share < IDLE:
-        problems.append(f"'CPU-bound' at {share:.0%} of the usable CPUs: {reason}")
+    if "I/O-bound" in reason and machine is not None and machine >= BUSY:
+        problems.append(f"'I/O-bound' while every process held {machine:.0%} of the usable CPUs: {reason}")
+    busy = max(share or 0.0, machine or 0.0) if share is not None else None
+    if reason.startswith("CPU-bound") and busy is not None and busy < IDLE:
+        problems.append(f"'CPU-bound' at {busy:.0%} of the usable CPUs: {reason}")
     if "try fewer workers" in reason or ("try " in reason and "or fewer workers" in reason):
         key = curve_key(t.config)
         fewer = [o for o in ok if o.config.num_workers < t.config.num_workers and on_curve(o.config, key)]

@@ -99,6 +99,24 @@ def test_eight_workers_sharing_two_saturated_cores_are_cpu_bound_not_io_bound() 
     assert alone.recommendation is not None and alone.recommendation.reason.startswith("CPU-bound: workers use 1.5")
 
 
+def test_a_loader_starved_by_other_processes_is_cpu_bound_not_io_bound() -> None:
+    # issue 22, measured on a loaded machine: a CPU-bound decode at 8 workers got 0.6 of 2 CPUs while other
+    # processes held the rest (vmstat: 0-19% idle), and read "I/O-bound (0.6/2 CPUs, workers at 1% CPU each)"
+    starved = dataclasses.replace(trial(0, 8, 120.0, 60.0, 20.0, 0.95), machine_cpu_percent=192.0)
+    b = bound_of(starved, machine(2))
+    assert b.kind == CPU_BOUND and b.contended
+    result = judged([trial(1, 1, 60.0, 50.0, 10.0, 0.9), starved], PLAIN)
+    row = next(t for t in result.trials if t.config.num_workers == 8)
+    assert row.reason.startswith("CPU-bound (1.9/2 CPUs busy, 1.3 of them other processes')"), row.reason
+    assert contradictions(result) == []
+    said_io = dataclasses.replace(row, reason="I/O-bound (0.6/2 CPUs, workers at 1% CPU each)")
+    found = contradictions(dataclasses.replace(result, trials=(said_io,)))
+    assert any("while every process held 96%" in f for f in found), found
+    # the same trial on a quiet machine (the others idle) waits: I/O-bound
+    quiet = dataclasses.replace(starved, machine_cpu_percent=70.0)
+    assert bound_of(quiet, machine(2)).kind == IO_BOUND
+
+
 def test_waiting_workers_on_an_idle_machine_are_still_io_bound() -> None:
     result = judged(IO_WAITING, PLAIN, cpus=8)
     assert all(t.reason.startswith("I/O-bound (") for t in result.trials), [t.reason for t in result.trials]

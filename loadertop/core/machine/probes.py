@@ -106,6 +106,8 @@ class Probes:
         self._gone: set[int] = set()  # watched pids seen exiting: never looked up again (the pid may be reused)
         self._beside: int | None = None  # processes beside the trial at its main process's last memory read
         self._logged: set[str] = set()
+        self._cpu_ids = _affinity()
+        psutil.cpu_percent(percpu=True)  # baseline: the first call has nothing to compare with
         self.errors = 0  # sample or emit failures so far (each logged, the first of a kind with its traceback)
 
     # -- control -------------------------------------------------------------------------------------------
@@ -292,7 +294,25 @@ class Probes:
                 gpus=gpus,
                 gpu_unavailable=gpu_unavailable,
                 beside=None if main is None else self._beside,
+                machine_cpu_percent=_machine_cpu(self._cpu_ids),
             )
+
+
+def _affinity() -> list[int] | None:
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux: every CPU
+        return None
+
+
+def _machine_cpu(cpu_ids: list[int] | None) -> float | None:
+    """Every process's CPU since the last call on the CPUs in `cpu_ids` (None: all), percent of one CPU."""
+    try:
+        per_cpu = psutil.cpu_percent(percpu=True)
+    except (OSError, RuntimeError):
+        return None
+    ids = range(len(per_cpu)) if cpu_ids is None else [i for i in cpu_ids if i < len(per_cpu)]
+    return sum(per_cpu[i] for i in ids)
 
 
 def _beside(main_pid: int) -> int | None:
@@ -332,6 +352,7 @@ class WindowStats:
     rss_mb: float | None  # median
     cpu_percent: float | None  # mean of main + workers, percent of one CPU
     main_cpu_percent: float | None  # mean
+    machine_cpu_percent: float | None  # mean, every process on the CPUs open to this one
     gpu_util: float | None  # mean over samples and GPUs; None without GPU samples
     gpu_mem_mb: float | None  # max over samples and GPUs
     mem_available_min_mb: float | None  # lowest system MemAvailable seen
@@ -378,6 +399,7 @@ def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int])
         rss_mb=_median([s.rss_mb for s in whole if s.rss_mb is not None]),
         cpu_percent=_mean([s.cpu_percent for s in ordered]),
         main_cpu_percent=_mean([s.main_cpu_percent for s in ordered if s.main_cpu_percent is not None]),
+        machine_cpu_percent=_mean([s.machine_cpu_percent for s in ordered if s.machine_cpu_percent is not None]),
         gpu_util=_mean([g.util_percent for g in gpu_samples]),
         gpu_mem_mb=max((g.mem_used_mb for g in gpu_samples), default=None),
         mem_available_min_mb=min((s.mem_available_mb for s in ordered), default=None),

@@ -112,6 +112,9 @@ class ProbeSample:
     # the last memory read: PSS splits the pages they share with the trial over them too. None: not read.
     beside: int | None = None
     uss: UssFigures | None = None  # the engine's figures for the running trial (driver); None from the probes
+    # Every process's CPU on the CPUs this process may run on, percent of one CPU: with `cpu_percent`, whether other
+    # processes held the CPUs the trial's loading could use. None: not read.
+    machine_cpu_percent: float | None = None
 
 
 @dataclass(frozen=True)

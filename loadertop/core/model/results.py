@@ -79,6 +79,9 @@ class TrialResult:
     rss_mb: float | None = None  # main + workers; includes shared pages (double counts)
     cpu_percent: float | None = None  # main + workers, percent of one CPU
     main_cpu_percent: float | None = None
+    # Every process's CPU on the CPUs open to loadertop, mean over the window, percent of one CPU: with cpu_percent,
+    # how much of the machine other processes held while the trial ran. None: not read (an older result).
+    machine_cpu_percent: float | None = None
     gpu_util: float | None = None  # mean NVML utilization over the steady window; None when unavailable
     gpu_mem_mb: float | None = None
     reason: str = ""

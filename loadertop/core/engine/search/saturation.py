@@ -29,8 +29,10 @@ CONFIRM_RUNS = 3  # runs of each of the two rungs (the first included) before th
 
 
 def saturated(cpus: int, *trials: TrialResult) -> bool:
-    """Whether any of the trials kept the usable CPUs busy (CPU_SATURATED of them, workers and main process)."""
-    return any(t.cpu_percent is not None and t.cpu_percent >= CPU_SATURATED * 100.0 * cpus for t in trials)
+    """Whether the usable CPUs were kept busy (CPU_SATURATED of them) during any of the trials: by the trial's
+    processes, or by every process (others holding the CPUs make a one-run gain past the cores no likelier true)."""
+    limit = CPU_SATURATED * 100.0 * cpus
+    return any(max(t.cpu_percent or 0.0, t.machine_cpu_percent or 0.0) >= limit for t in trials)
 
 
 def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Generator[TrialConfig, None, Stop | None]:
@@ -38,7 +40,7 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
     (the Stop), at most CONFIRM_RUNS runs each; each `yield` is a trial."""
     a_cfg, b_cfg = prev.config, rung.config
     n, p = b_cfg.num_workers, a_cfg.num_workers
-    cpu = max(t.cpu_percent or 0.0 for t in (prev, rung)) / 100.0
+    cpu = max(max(t.cpu_percent or 0.0, t.machine_cpu_percent or 0.0) for t in (prev, rung)) / 100.0
     # Not even a gain far beyond one run's own spread is taken on one run: a run past the cores reads high on a busy
     # machine with a steady spread (its blocks agree with each other, which says nothing of the next run)
     gain, band = 0.0, pl.tol

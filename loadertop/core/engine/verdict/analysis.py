@@ -19,7 +19,7 @@ from loadertop.core.engine.verdict.bound import (
     bound_of,
 )
 from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
-from loadertop.core.engine.verdict.reasons import epoch_bound, has_cuda, oversubscribed
+from loadertop.core.engine.verdict.reasons import bound_phrase, epoch_bound, has_cuda, oversubscribed
 from loadertop.core.engine.verdict.snippet import snippet
 from loadertop.core.engine.verdict.stops import stop_clause
 from loadertop.core.engine.verdict.transport_bound import transport_reason
@@ -299,7 +299,7 @@ def _still_rising_reason(
     elif bound.kind == IO_BOUND:
         kind = IO_BOUND
     elif bound.kind == CPU_BOUND:  # the table's words for the same row
-        kind = f"CPU-bound ({bound.cpus:.1f}/{machine.usable_cpus} CPUs)"
+        kind = bound_phrase(rec, machine)  # the table's words, contended or not
     else:
         kind = "loader-bound"
     n, within = rec.config.num_workers, f"no fewer within {pct(band)}"
@@ -313,6 +313,11 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
     """What bounds a recommendation with workers, as bound.py decides it: the CPUs, the consumer, the main
     process, I/O or the loader."""
     nw, b = rec.config.num_workers, bound_of(rec, machine)
+    if b.contended and b.machine is not None:
+        return (
+            f"CPU-bound: other processes held the CPUs ({b.machine:.1f} of {machine.usable_cpus} busy, this "
+            f"sweep's {b.cpus or 0:.1f}): the figures are this busy machine's; {tail}"
+        )
     if b.kind == CPU_BOUND:
         # The smallest worker count from which every measured count up to the recommendation is CPU-bound too.
         saturated_from = nw

@@ -170,6 +170,7 @@ def _merged(runs: list[TrialResult]) -> TrialResult:
         stall_fraction=_mean([t.stall_fraction for t in runs]),
         cpu_percent=_mean([t.cpu_percent for t in runs]),
         main_cpu_percent=_mean([t.main_cpu_percent for t in runs]),
+        machine_cpu_percent=_mean([t.machine_cpu_percent for t in runs]),
         blocks=sum(t.blocks for t in runs),
         measured_s=sum(t.measured_s for t in runs),
     )

@@ -5,9 +5,11 @@ process) against the usable CPUs, and, with fewer workers than CPUs, against the
 One worker's CPU is no evidence on its own: eight workers sharing two saturated cores show 14% each, and are
 CPU-bound, not waiting on I/O.
 
-Order: CPU-bound (the machine's CPUs nearly all used), consumer-bound (the training step hardly waits), main-process-
-bound (the training process itself is busy), I/O-bound (stalled, yet most of the CPUs open to it idle), else
-loader-bound (CPU to spare and the consumer waits: more workers may help)."""
+Order: CPU-bound (the machine's CPUs nearly all used by the trial), consumer-bound (the training step hardly
+waits), main-process-bound (the training process itself is busy), CPU-bound again when other processes held the
+CPUs while the loader stalled (contended: the trial's own share is low because it got little CPU, not because it
+waited), I/O-bound (stalled, yet most of the CPUs open to it idle), else loader-bound (CPU to spare and the consumer
+waits: more workers may help)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,12 @@ class Bound:
     stall: float | None
     main_cpu: float | None  # percent of one CPU
     per_worker: float | None  # percent of one CPU, the workers' CPU shared out
+    machine: float | None = None  # CPUs every process used, the trial's and others' (None: not read)
+
+    @property
+    def contended(self) -> bool:
+        """CPU-bound on CPUs that other processes held, not on the trial's own use of them."""
+        return self.kind == CPU_BOUND and (self.share is None or self.share < CPU_SATURATED)
 
 
 def capacity(machine: MachineInfo) -> float:
@@ -83,8 +91,10 @@ def bound_of(t: TrialResult, machine: MachineInfo) -> Bound:
     share, busy, stall, main = cpu_share(t, machine), busy_share(t, machine), t.stall_fraction, t.main_cpu_percent
     cpus = None if t.cpu_percent is None else t.cpu_percent / 100.0
 
+    machine_cpus = None if t.machine_cpu_percent is None else max(t.machine_cpu_percent, t.cpu_percent or 0.0) / 100.0
+
     def verdict(kind: str | None) -> Bound:
-        return Bound(kind, cpus, share, busy, stall, main, per_worker_cpu(t))
+        return Bound(kind, cpus, share, busy, stall, main, per_worker_cpu(t), machine_cpus)
 
     if share is not None and share >= CPU_SATURATED:
         return verdict(CPU_BOUND)
@@ -95,6 +105,8 @@ def bound_of(t: TrialResult, machine: MachineInfo) -> Bound:
     if main is not None and main >= MAIN_PROCESS_BUSY:
         return verdict(MAIN_BOUND)
     waits = t.config.num_workers > 0 or stall >= IO_STALL_ZERO_WORKERS  # a small stall is just the step's time
+    if machine_cpus is not None and machine_cpus * 100.0 >= CPU_SATURATED * capacity(machine) and waits:
+        return verdict(CPU_BOUND)  # others held the CPUs: the loading got little, it did not wait for I/O
     if busy is not None and busy < IO_IDLE and waits and (t.config.num_workers > 0 or main is not None):
         return verdict(IO_BOUND)
     return verdict(LOADER_BOUND)

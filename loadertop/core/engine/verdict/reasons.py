@@ -75,7 +75,7 @@ def trial_reason(
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
-    phrase = epoch_bound(trial) or transport or _bound(trial, machine)
+    phrase = epoch_bound(trial) or transport or bound_phrase(trial, machine)
     if trial.config.pin_memory and not has_cuda(machine):
         phrase += ", pinning not measured (no CUDA)"
     over = oversubscribed(trial, machine, cpu_step, measured, tolerance)
@@ -107,10 +107,13 @@ def epoch_bound(trial: TrialResult) -> str | None:
     )
 
 
-def _bound(trial: TrialResult, machine: MachineInfo) -> str:
+def bound_phrase(trial: TrialResult, machine: MachineInfo) -> str:
     """What bounds a finished trial within its steady window, as bound.py decides it, in the table's words."""
     b, cpus = bound_of(trial, machine), machine.usable_cpus
     of = f"{b.cpus:.1f}/{cpus} CPUs" if b.cpus is not None else ""
+    if b.contended and b.machine is not None:
+        others = b.machine - (b.cpus or 0.0)
+        return f"CPU-bound ({b.machine:.1f}/{cpus} CPUs busy, {others:.1f} of them other processes')"
     if b.kind == CPU_BOUND:
         return f"CPU-bound ({of})"
     if b.kind is None:
