@@ -38,7 +38,7 @@ def training_arguments_line(choice: TrialConfig) -> str:
     return f"TrainingArguments(..., {fields})"
 
 
-class LoadertopCallback(TrainerCallback):  # type: ignore[misc]
+class LoadertopCallback(TrainerCallback):
     """Watch the Trainer's train loader (`loadertop attach PID`); print the TrainingArguments once a tuned loader
     (LoadertopTrainer) settles. `tune_budget_s=S` tunes the loader from here instead (as LoadertopTrainer)."""
 
@@ -60,7 +60,9 @@ class LoadertopCallback(TrainerCallback):  # type: ignore[misc]
     def on_step_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self._report()
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self._report(final=True)
 
     def _report(self, final: bool = False) -> None:
@@ -91,7 +93,7 @@ class LoadertopTrainerMixin:
         return install(loader, self.loadertop_tune_budget_s)
 
 
-class LoadertopTrainer(LoadertopTrainerMixin, Trainer):  # type: ignore[misc]
+class LoadertopTrainer(LoadertopTrainerMixin, Trainer):
     """`Trainer`, its train loader watched; `loadertop_tune_budget_s=S`: tuned in place for S seconds of training."""
 
     def __init__(self, *args: Any, loadertop_tune_budget_s: float | None = None, **kwargs: Any) -> None:

@@ -34,16 +34,19 @@ class LoadertopCallback(pl.Callback):
         self._reported = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        del pl_module  # the hooks' signature; the loaders are the trainer's
         if self._wrap(trainer):
             fetcher = getattr(trainer.fit_loop, "_data_fetcher", None)
             if fetcher is not None:  # it opened the plain loader's iterator already: open the proxy's instead
                 iter(fetcher)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        del pl_module
         if self._wrap(trainer):  # a reloaded loader: this epoch's iterator is opened after this hook
             log.debug("loadertop: a reloaded train loader is watched from its first epoch")
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        del trainer, pl_module
         tuned = self.tuned
         if tuned is not None and tuned.choice is None and not self._reported:
             self._reported = True
