@@ -32,6 +32,7 @@ class LoadertopCallback(pl.Callback):
         self.tune_budget_s = tune_budget_s
         self.tuned: Any = None  # the Tuned (loadertop.tune) of the first train loader, when tuning
         self._reported = False
+        self._reported_missing = False
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         del pl_module  # the hooks' signature; the loaders are the trainer's
@@ -58,8 +59,13 @@ class LoadertopCallback(pl.Callback):
 
     def _wrap(self, trainer: pl.Trainer) -> bool:
         """Put every train loader of the fit loop behind a proxy; True when one was not yet."""
-        combined = getattr(trainer.fit_loop, "_combined_loader", None)
-        if combined is None:
+        if not hasattr(trainer.fit_loop, "_combined_loader"):  # a Lightning without it: the fit goes on unwatched
+            if not self._reported_missing:
+                self._reported_missing = True
+                log.warning("loadertop: this Lightning's fit loop has no _combined_loader; the fit is not watched")
+            return False
+        combined = trainer.fit_loop._combined_loader
+        if combined is None:  # no training batches (limit_train_batches=0)
             return False
         try:
             loaders = list(combined.flattened)
