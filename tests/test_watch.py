@@ -189,6 +189,25 @@ def test_epochs_count_across_watch_calls_and_persistent_workers_stay(jobs: Path)
     assert per_epoch == {0: N // BS, 1: N // BS, 2: N // BS}
 
 
+@pytest.mark.unit
+def test_a_loop_that_stops_at_the_length_ran_a_whole_epoch(jobs: Path) -> None:
+    """Lightning's fetcher (and zip with a range) never asks past len(loader): every batch handed out is an epoch."""
+    dl = loader(0)
+    pub = publisher()
+    assert pub is not None
+    viewer = Viewer(pub)
+    it = iter(loadertop.watch(dl))
+    for _ in range(len(dl)):
+        next(it)
+    del it  # closed without StopIteration
+    it = iter(loadertop.watch(dl))
+    next(it)
+    del it  # one batch of the next epoch: left early
+    messages = viewer.read_until(epochs_done(2))
+    viewer.close()
+    assert [(e.batches, e.complete) for e in of(JobEpoch, messages)] == [(N // BS, True), (1, False)]
+
+
 def test_break_closes_the_epoch_and_its_workers(jobs: Path, no_leftovers: None) -> None:
     dl = loader(2)
     pub = publisher()

@@ -366,6 +366,9 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
         if in_step:  # the loop left during a step (break, an exception in it): that step counts
             batches += 1
             append((epoch, batches, wait, end - t_ready, samples))
+        # Every batch of a sized loader handed out is a whole epoch, though the loop never asked past the last
+        # (Lightning's data fetcher stops at the length, and so does zip() with a range).
+        complete = complete or (last >= 0 and batches == last + 1)
         del held, before
         del it  # a DataLoader iterator shuts its workers down when released (persistent ones stay the loader's)
         rec.epoch_ended(epoch, batches, end - t_start, first, complete)
