@@ -89,7 +89,7 @@ class LoadertopTrainerMixin:
     loadertop_tune_budget_s: float | None = None
 
     def get_train_dataloader(self) -> Any:
-        loader = super().get_train_dataloader()  # type: ignore[misc]
+        loader = super().get_train_dataloader()  # type: ignore[misc]  # a mixin: the Trainer after it in the MRO has it
         return install(loader, self.loadertop_tune_budget_s)
 
 
