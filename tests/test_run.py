@@ -4,8 +4,10 @@ own path, and run shows it as `attach --headless` does, then exits with the job'
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -94,3 +96,126 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], said: str, jobs_root:
     done = run(args, jobs_root, tmp_path)
     assert done.returncode == 2
     assert said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_the_jobs_sitecustomize_still_runs(jobs_root: Path, tmp_path: Path) -> None:
+    """The hook's sitecustomize hides the job's own one; it runs it after installing the hook."""
+    own = tmp_path / "own_site"
+    own.mkdir()
+    marks = tmp_path / "marks"
+    (own / "sitecustomize.py").write_text(f"import os\nopen({str(marks)!r}, 'a').write(f'{{os.getpid()}}\\n')\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(ROOT), str(own)])}
+    job = "import os, sys; print('PID', os.getpid()); sys.exit(4)"
+    done = run(["--headless", "--", sys.executable, "-c", job], jobs_root, tmp_path, env=env)
+    assert done.returncode == 4, done.stderr
+    pid = done.stdout.split("PID ")[1].split()[0]
+    assert pid in marks.read_text().split()
+
+
+SPAWNING = r"""
+import multiprocessing as mp, os, sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+def rank():
+    loader = DataLoader(TensorDataset(torch.zeros(512, 4)), batch_size=8, num_workers=2,
+                        multiprocessing_context="spawn", persistent_workers=True)
+    end = time.monotonic() + 2
+    while time.monotonic() < end:
+        for (x,) in loader:
+            time.sleep(0.002)
+    print("RANK", os.getpid(), "PUBLISHED", sorted(os.listdir(os.environ["LOADERTOP_JOBS_DIR"])), flush=True)
+
+if __name__ == "__main__":
+    child = mp.get_context("spawn").Process(target=rank)
+    child.start()
+    child.join()
+    sys.exit(child.exitcode)
+"""
+
+
+def test_a_spawned_child_is_watched_and_its_workers_never_publish(jobs_root: Path, tmp_path: Path) -> None:
+    """The hook reaches a spawned process (as DDP's ranks are started) through the environment; its spawned
+    DataLoader workers run the hook too, iterate no loader and publish nothing."""
+    script = tmp_path / "spawning.py"
+    script.write_text(SPAWNING)
+    live = tmp_path / "live.jsonl"
+    done = run(["--headless", "--interval", "0.5", "--json", str(live), "--", sys.executable, str(script)],
+               jobs_root, tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rank = done.stdout.split("RANK ")[1].split()[0]
+    assert f"PUBLISHED ['{rank}']" in done.stdout  # the rank alone: neither the parent nor the workers
+    assert f"attached to pid {rank}:" in done.stdout
+    snaps = [json.loads(line) for line in live.read_text().splitlines()]
+    assert any(s["samples_per_s"] for s in snaps) and any(len(s["workers"]) == 2 for s in snaps)
+
+
+INTERRUPTED = r"""
+import sys, time
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+try:
+    while True:
+        for (x,) in DataLoader(TensorDataset(torch.zeros(64, 4)), batch_size=8):
+            time.sleep(0.01)
+except KeyboardInterrupt:
+    time.sleep(0.5)  # cleaning up: loadertop must not leave before the job
+    print("JOB CLEANED UP", flush=True)
+    sys.exit(7)
+"""
+
+
+def test_ctrl_c_reaches_the_job_and_run_outlives_it(jobs_root: Path, tmp_path: Path) -> None:
+    """SIGINT to the foreground process group (what the terminal does on Ctrl-C): the job handles it, loadertop
+    stays until the job has ended and exits with the job's code."""
+    script = tmp_path / "interrupted.py"
+    script.write_text(INTERRUPTED)
+    env = {**os.environ, "LOADERTOP_JOBS_DIR": str(jobs_root), "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", CLI, "run", "--headless", "--interval", "0.5", "--", sys.executable, str(script)]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # "attached to pid N": the job publishes
+        assert "attached to pid" in first, first
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=15)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    assert proc.returncode == 7, err
+    assert "JOB CLEANED UP" in out and "exited with code 7" in err
+
+
+TUNED = r"""
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class Slow(Dataset):
+    def __len__(self): return 256
+    def __getitem__(self, i):
+        time.sleep(0.001)
+        return torch.tensor([float(i)])
+
+loader = DataLoader(Slow(), batch_size=8, num_workers=0)
+end = time.monotonic() + 4.5
+while time.monotonic() < end:
+    for batch in loader:
+        time.sleep(0.002)
+print("EPOCHS DONE", flush=True)
+"""
+
+
+def test_tune_tunes_the_first_loader_in_place_and_prints_the_line(jobs_root: Path, tmp_path: Path) -> None:
+    script = tmp_path / "tuned.py"
+    script.write_text(TUNED)
+    done = run(["--headless", "--interval", "0.5", "--tune", "2", "--", sys.executable, str(script)],
+               jobs_root, tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "EPOCHS DONE" in done.stdout
+    assert "tune" in done.stdout  # tune's steps and its choice, among the notes
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("loadertop run: tuned:")]
+    assert "DataLoader(" in line
