@@ -88,6 +88,10 @@ def test_without_prometheus_client_the_flag_is_one_line_and_exit_2(
     assert main(["attach", str(os.getpid()), "--headless", "--openmetrics", "127.0.0.1:0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "prometheus-client" in err[0] and "loadertop[metrics]" in err[0]
+    # run checks it before it starts the job (nothing is started here: the unit tier would refuse it)
+    assert main(["run", "--headless", "--openmetrics", "9464", "--", sys.executable, "-c", "pass"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("loadertop run: error:") and "prometheus-client" in err[0]
 
 
 JOB = r"""
