@@ -228,3 +228,15 @@ def test_tune_tunes_the_first_loader_in_place_and_prints_the_line(jobs_root: Pat
     assert "tune" in done.stdout  # tune's steps and its choice, among the notes
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("loadertop run: tuned:")]
     assert "DataLoader(" in line
+
+
+def test_under_torchrun_the_rank_is_watched_not_the_launcher(jobs_root: Path, tmp_path: Path) -> None:
+    live = tmp_path / "live.jsonl"
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", "0"]
+    done = run(["--headless", "--interval", "0.5", "--json", str(live), "--", *launcher, "TRAIN", "1.5", "0", "0"],
+               jobs_root, tmp_path)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    started = int(done.stderr.split("started pid ")[1].split(":")[0])
+    attached = int(done.stdout.split("attached to pid ")[1].split(":")[0])
+    assert attached != started  # the rank, a child of the launcher
+    assert any(json.loads(line)["samples_per_s"] for line in live.read_text().splitlines())
