@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.live import LiveSnapshot
@@ -41,11 +42,11 @@ def job_label(command: str) -> str:
     if not words:
         return "job"
     if "python" in Path(words[0]).name:
-        rest = [w for w in words[1:] if not w.startswith("-")]
+        scripts = [w for w in words[1:] if w.endswith(".py")]
         if len(words) > 2 and words[1] == "-m":
             return words[2]
-        if rest:
-            return Path(rest[0]).name
+        if scripts:
+            return Path(scripts[0]).name
     return Path(words[0]).name
 
 
@@ -72,7 +73,7 @@ class MetricsServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path.split("?")[0] not in ("/metrics", "/metrics/"):
+                if urlsplit(self.path).path not in ("/metrics", "/metrics/"):
                     self.send_error(404, "only /metrics is served here")
                     return
                 data = body()
