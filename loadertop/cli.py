@@ -18,6 +18,7 @@ from loadertop.core.model.results import SweepResult, TrialResult
 
 if TYPE_CHECKING:
     from loadertop.core.engine import NodeLink
+    from loadertop.openmetrics import MetricsServer
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -25,6 +26,7 @@ EXIT_BUG = 1
 EPILOG = """\
 a running training job (with `for batch in loadertop.watch(loader):`, or any job with DataLoader workers):
   loadertop attach [PID]   watch it live: throughput, stall, epochs, workers' memory and leaks (attach --help)
+  loadertop run -- CMD...  start a job with every DataLoader in it watched, its script unchanged (run --help)
 
 dataset specs:
   synthetic[:k=v,...]      built-in cost model: length, cpu_ms, io_ms, kb (e.g. synthetic:io_ms=20,cpu_ms=0.5)
@@ -168,6 +170,8 @@ def build_attach_parser() -> Parser:
     p.add_argument("--headless", action="store_true", help="no TUI (automatic when stdout is not a terminal)")
     p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between updates (2)")
     p.add_argument("--json", type=Path, metavar="PATH", help="append one JSON object per interval to PATH")
+    p.add_argument("--openmetrics", metavar="HOST:PORT",
+                   help="serve /metrics in the OpenMetrics text format (HOST: 127.0.0.1 if left out)")  # fmt: skip
     p.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")
     return p
 
@@ -183,15 +187,92 @@ def attach_main(argv: list[str]) -> int:
         if not args.interval > 0:
             raise UsageError(f"--interval {args.interval:g}: must be more than 0 seconds")
         check_writable(args.json, "--json")  # appended to: an existing file is fine
-        if args.headless or not (sys.stdout.isatty() and sys.stdin.isatty()):
-            from loadertop.headless_attach import run_attach_headless
+        if args.openmetrics is not None and target is None:
+            raise UsageError("--openmetrics needs the job: loadertop attach PID --openmetrics HOST:PORT")
+        metrics = open_metrics(args.openmetrics)
+        try:
+            if args.headless or not (sys.stdout.isatty() and sys.stdin.isatty()):
+                from loadertop.headless_attach import run_attach_headless
 
-            return run_attach_headless(target, interval=args.interval, json_path=args.json)
-        from loadertop.tui import run_attach
+                return run_attach_headless(target, interval=args.interval, json_path=args.json, metrics=metrics)
+            from loadertop.tui import run_attach
 
-        return run_attach(target, interval=args.interval, json_path=args.json)
+            return run_attach(target, interval=args.interval, json_path=args.json, metrics=metrics)
+        finally:
+            if metrics is not None:
+                metrics.close()
 
     return one_line_errors("loadertop attach", args.debug, run)
+
+
+def open_metrics(address: str | None) -> MetricsServer | None:
+    """--openmetrics: the server, listening (UsageError when prometheus-client is missing or the port busy)."""
+    if address is None:
+        return None
+    from loadertop.openmetrics import MetricsServer
+
+    server = MetricsServer(address)
+    print(f"loadertop: OpenMetrics on {server.url}", file=sys.stderr)
+    return server
+
+
+class RunParser(Parser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"loadertop run: error: {message} (see loadertop run --help)\n")
+
+
+def build_run_parser() -> Parser:
+    p = RunParser(
+        prog="loadertop run",
+        usage="loadertop run [options] -- CMD ARGS...",
+        description="Start a training job with every torch DataLoader iteration in it watched (its script "
+        "unchanged) and show it as `loadertop attach` does; the job folder lets other shells attach too.",
+        epilog="LOADERTOP_WATCH=0 in the environment turns the hook off (the job runs plainly). exit codes: the "
+        "job's (a signal N: 128+N), 2 bad usage or a command not found (one line)",
+    )
+    p.add_argument("--headless", action="store_true", help="no TUI (automatic when stdout is not a terminal)")
+    p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between updates (2)")
+    p.add_argument("--json", type=Path, metavar="PATH", help="append one JSON object per interval to PATH")
+    p.add_argument("--tune", type=float, metavar="BUDGET_S",
+                   help="tune the first loader the job iterates, in place, for BUDGET_S s (as loadertop.tune)")
+    p.add_argument("--openmetrics", metavar="HOST:PORT",
+                   help="serve /metrics in the OpenMetrics text format (HOST: 127.0.0.1 if left out)")  # fmt: skip
+    p.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")
+    return p
+
+
+def run_main(argv: list[str]) -> int:
+    """`loadertop run [options] -- CMD ARGS...`: the job's exit code; 2 (one line) for bad usage."""
+    if "--" in argv:
+        split = argv.index("--")
+        options, command = argv[:split], argv[split + 1 :]
+    else:
+        options, command = argv, []
+    args = build_run_parser().parse_args(options)
+    if not command:
+        print("loadertop run: error: no command after --: loadertop run [options] -- CMD ARGS...", file=sys.stderr)
+        return EXIT_USAGE
+
+    def run() -> int:
+        if not args.interval > 0:
+            raise UsageError(f"--interval {args.interval:g}: must be more than 0 seconds")
+        check_writable(args.json, "--json")
+        headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
+        metrics = open_metrics(args.openmetrics)
+        try:
+            if headless:
+                from loadertop.headless_attach import run_job_headless
+
+                return run_job_headless(command, interval=args.interval, json_path=args.json, tune_s=args.tune,
+                                        metrics=metrics)  # fmt: skip
+            from loadertop.tui import run_job
+
+            return run_job(command, interval=args.interval, json_path=args.json, tune_s=args.tune, metrics=metrics)
+        finally:
+            if metrics is not None:
+                metrics.close()
+
+    return one_line_errors("loadertop run", args.debug, run)
 
 
 def one_line_errors(prog: str, debug: bool, run: Callable[[], int]) -> int:
@@ -216,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "attach":
         return attach_main(argv[1:])
+    if argv and argv[0] == "run":
+        return run_main(argv[1:])
     args = build_parser().parse_args(argv)
 
     def run() -> int:

@@ -6,11 +6,28 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from loadertop.core.engine import LiveSession, find_jobs, num, open_session, pct, percent, rate, slope
+from loadertop.core.engine import (
+    AttachError,
+    JobRun,
+    LiveSession,
+    find_jobs,
+    hold_signals,
+    num,
+    open_session,
+    pct,
+    percent,
+    rate,
+    slope,
+    start_job,
+)
 from loadertop.core.model.live import LiveSnapshot
+
+if TYPE_CHECKING:
+    from loadertop.openmetrics import MetricsServer
 
 EXIT_INTERRUPTED = 130
 
@@ -57,20 +74,30 @@ def _opening(session: LiveSession) -> str:
 
 
 def run_attach_headless(
-    target: int | str | None, *, interval: float, json_path: Path | None, out: TextIO | None = None
+    target: int | str | None,
+    *,
+    interval: float,
+    json_path: Path | None,
+    out: TextIO | None = None,
+    metrics: MetricsServer | None = None,
 ) -> int:
-    """List the jobs (no target), or follow one until it ends (0) or Ctrl-C (130). AttachError propagates."""
+    """List the jobs (no target), or follow one until it ends (0) or Ctrl-C (130). AttachError propagates.
+    `metrics`: each snapshot is served on /metrics too."""
     out = out or sys.stdout
     if target is None:
         print(list_jobs_text(), file=out)
         return 0
     session = open_session(target, interval=interval)
+    if metrics is not None:
+        metrics.set_job(pid=session.pid, command=session.command, hostname=session.hostname, rank=session.rank)
     sink = None
     try:
         sink = None if json_path is None else json_path.open("a", encoding="utf-8")
         print(_opening(session), file=out, flush=True)
         missing: tuple[str, ...] = ()
         for snap in session.snapshots():
+            if metrics is not None:
+                metrics.update(snap)
             print(snapshot_line(snap), file=out, flush=True)
             if snap.missing != missing:  # said once, and again when it changes
                 missing = snap.missing
@@ -86,3 +113,53 @@ def run_attach_headless(
         session.close()
         if sink is not None:
             sink.close()
+
+
+def run_job_headless(
+    command: Sequence[str],
+    *,
+    interval: float,
+    json_path: Path | None,
+    tune_s: float | None,
+    metrics: MetricsServer | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """`loadertop run --headless -- CMD...`: start the job, show its publishing process as `attach --headless` does
+    until it ends, and return the job's exit code. A command that cannot start is a UsageError (exit 2)."""
+    out = out or sys.stdout
+    job = start_job(command, tune_s=tune_s)
+    with hold_signals(job):
+        print(f"loadertop run: started pid {job.pid}: {' '.join(command)[:100]}", file=sys.stderr, flush=True)
+        follow_job(job, interval=interval, json_path=json_path, metrics=metrics, out=out)
+        code = job.wait()
+    print(run_summary(job, code, tune_s), file=sys.stderr, flush=True)
+    return code
+
+
+def follow_job(
+    job: JobRun, *, interval: float, json_path: Path | None, metrics: MetricsServer | None, out: TextIO
+) -> None:
+    """Wait for the job's first process that iterates a DataLoader, then follow it to its end."""
+    found = job.publisher()
+    if found is None:
+        print(NOTHING_WATCHED, file=sys.stderr, flush=True)
+        return
+    try:
+        run_attach_headless(found.pid, interval=interval, json_path=json_path, out=out, metrics=metrics)
+    except AttachError as error:  # it exited between publishing and attaching
+        print(f"loadertop run: {error}", file=sys.stderr, flush=True)
+
+
+NOTHING_WATCHED = (
+    "loadertop run: the job ended without iterating a torch DataLoader (or LOADERTOP_WATCH=0): nothing to show"
+)
+
+
+def run_summary(job: JobRun, code: int, tune_s: float | None) -> str:
+    """The last line(s) of `loadertop run`: the job's exit code, and what --tune chose."""
+    lines = [f"loadertop run: the job exited with code {code}"]
+    if tune_s is not None:
+        snippet = job.tune_snippet()
+        lines.append(f"loadertop run: tuned: {snippet}" if snippet else "loadertop run: --tune chose nothing "
+                     "(the job ended before tuning settled, or its loader could not be tuned)")  # fmt: skip
+    return "\n".join(lines)

@@ -2,7 +2,7 @@
 headless and the TUI print through it. Read from their source, so a new pane that brings its own "not measured"
 glyph or its own average fails here, not in review.
 
-The faces: loadertop/cli.py, loadertop/headless*.py and everything under loadertop/tui/."""
+The faces: loadertop/cli.py, loadertop/headless*.py, loadertop/openmetrics.py and everything under loadertop/tui/."""
 
 from __future__ import annotations
 
@@ -26,7 +26,9 @@ DATA = Path(__file__).parent / "data"
 RESULT = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))
 PREVIOUS = SweepResult.from_dict(json.loads((DATA / "previous_result.json").read_text()))
 PACKAGE = Path(__file__).resolve().parent.parent / "loadertop"
-FACES = sorted([PACKAGE / "cli.py", *PACKAGE.glob("headless*.py"), *(PACKAGE / "tui").rglob("*.py")])
+FACES = sorted(
+    [PACKAGE / "cli.py", PACKAGE / "openmetrics.py", *PACKAGE.glob("headless*.py"), *(PACKAGE / "tui").rglob("*.py")]
+)
 # What a face once wrote for a figure it did not have, instead of NONE.
 PLACEHOLDERS = {"?", "-", "—", "–", "n/a", "N/A", "NA", "none", "None", "null", "nan", "NaN"}
 DASHES = ("—", "–")  # em and en dash: NONE is the engine's; a face that writes either brought its own

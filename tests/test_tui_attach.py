@@ -316,3 +316,20 @@ def test_snapshot_unwatched_job_that_ended(snap_compare: SnapCompare) -> None:
     ]
     session = FakeSession(snaps, watched=False, hold=False)
     assert snap_compare(app_with(session), terminal_size=SIZE, run_before=settled(10))
+
+
+@sync
+async def test_ctrl_c_under_run_goes_to_the_job_and_the_snapshots_to_the_sink() -> None:
+    """`loadertop run`'s view: Ctrl-C is the job's (the terminal's keys are the app's), and each snapshot is also
+    handed to the --openmetrics sink."""
+    sent: list[str] = []
+    sunk: list[float] = []
+    session = FakeSession(demo_stream(3))
+    app = app_with(session, interrupt=lambda: sent.append("SIGINT"), sink=lambda snap: sunk.append(snap.t))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.count == 3)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert sent == ["SIGINT"] and app.is_running
+        await pilot.press("q")
+    assert sunk == [s.t for s in demo_stream(3)]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from loadertop.core.job.watch import StepRecorder, _epoch, _LoaderState
+from loadertop.core.job.watch import StepRecorder, _LoaderState, watched_epoch
 
 RELEASE_S = 0.03
 
@@ -53,7 +53,7 @@ def test_the_release_of_the_last_batch_is_waiting_time() -> None:
     rec = StepRecorder(None, 0)
     own = []  # the loop's own timing: around next() (the batch in hand) and around the step
     t_end = time.perf_counter()
-    for _x, _y in _epoch(Loader(6, lambda: (SlowToFree(), SlowToFree())), rec, _LoaderState()):  # names held
+    for _x, _y in watched_epoch(Loader(6, lambda: (SlowToFree(), SlowToFree())), rec, _LoaderState()):  # names held
         t_got = time.perf_counter()
         time.sleep(0.005)  # the step
         own.append((t_got - t_end, time.perf_counter() - t_got))
@@ -70,12 +70,12 @@ def test_the_release_of_the_last_batch_is_waiting_time() -> None:
 def test_gpu_batches_and_values_the_loop_swapped_are_not_held() -> None:
     rec = StepRecorder(None, 0)
     seen: list[weakref.ref[SlowToFree]] = []
-    for batch in _epoch(Loader(4, lambda: SlowToFree("cuda")), rec, _LoaderState()):
+    for batch in watched_epoch(Loader(4, lambda: SlowToFree("cuda")), rec, _LoaderState()):
         assert all(r() is None for r in seen)  # the GPU batch before is gone as soon as the loop let go of it
         seen.append(weakref.ref(batch))
     del batch
     swapped: list[weakref.ref[SlowToFree]] = []
-    for batch in _epoch(Loader(4, lambda: {"x": SlowToFree()}), rec, _LoaderState()):
+    for batch in watched_epoch(Loader(4, lambda: {"x": SlowToFree()}), rec, _LoaderState()):
         assert all(r() is None for r in swapped)  # what the loop put in the dict in place is not held
         batch["x"] = SlowToFree("cuda")  # `batch[k] = batch[k].to(device)`, in place
         swapped.append(weakref.ref(batch["x"]))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from loadertop.core.engine import NodeLink
     from loadertop.core.model.config import Settings
     from loadertop.core.model.results import SweepResult, TrialResult
+    from loadertop.openmetrics import MetricsServer
 
 
 def run_tui(
@@ -56,6 +57,8 @@ def run_attach(
     interval: float,
     json_path: Path | None,
     err: TextIO | None = None,
+    metrics: MetricsServer | None = None,
+    interrupt: Callable[[], None] | None = None,
 ) -> int:
     """`loadertop attach [PID|PATH]`: the live view of a running training job until the user quits.
 
@@ -75,6 +78,8 @@ def run_attach(
         except AttachError as error:
             print(f"loadertop: error: {error}", file=err)
             return 2
+    if metrics is not None and session is not None:
+        metrics.set_job(pid=session.pid, command=session.command, hostname=session.hostname, rank=session.rank)
 
     app = AttachApp(
         opener=functools.partial(open_session, interval=interval),
@@ -82,6 +87,8 @@ def run_attach(
         interval=interval,
         session=session,
         json_path=json_path,
+        sink=None if metrics is None else metrics.update,
+        interrupt=interrupt,
     )
     try:
         app.run()
@@ -95,4 +102,48 @@ def run_attach(
     if app.json_error is not None:
         print(f"loadertop: error: cannot write {json_path}: {app.json_error}", file=err)
         code = 1
+    return code
+
+
+def run_job(
+    command: Sequence[str],
+    *,
+    interval: float,
+    json_path: Path | None,
+    tune_s: float | None,
+    metrics: MetricsServer | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """`loadertop run -- CMD...` on a terminal: the attach view of the job's first process that iterates a DataLoader.
+    The TUI owns the terminal, so the job's output goes to a log file (its last lines are printed at the end), and
+    Ctrl-C in the view is sent to the job. q leaves the view; loadertop then waits for the job (Ctrl-C reaches it) and
+    exits with its code."""
+    import os
+    import tempfile
+
+    from loadertop.core.engine import hold_signals, start_job
+    from loadertop.headless_attach import NOTHING_WATCHED, run_summary
+
+    err = err if err is not None else sys.stderr
+    log = Path(tempfile.gettempdir()) / f"loadertop-run-{os.getpid()}.log"
+    job = start_job(command, tune_s=tune_s, log=log)
+    with hold_signals(job):
+        print(f"loadertop run: started pid {job.pid} (its output: {log}); waiting for its first DataLoader", file=err)
+        found = job.publisher()
+        if found is None:
+            print(NOTHING_WATCHED, file=err)
+        else:
+            run_attach(found.pid, interval=interval, json_path=json_path, err=err, metrics=metrics,
+                       interrupt=job.interrupt)  # fmt: skip
+            if job.running:
+                print(f"loadertop run: waiting for the job (pid {job.pid}) to end; Ctrl-C reaches it", file=err)
+        code = job.wait()
+    try:
+        tail = log.read_text(errors="replace").splitlines()[-20:]
+    except OSError:
+        tail = []
+    if tail:
+        print(f"loadertop run: the last lines of the job's output ({log}):", file=err)
+        print("\n".join(f"  {line}" for line in tail), file=err)
+    print(run_summary(job, code, tune_s), file=err)
     return code

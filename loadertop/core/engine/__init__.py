@@ -6,7 +6,17 @@ duration_text: engine/wording.py)."""
 from loadertop.core.engine.drive.api import sweep
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.engine.drive.settings import build_settings
-from loadertop.core.engine.live import AttachError, LeakConfig, LiveSession, find_jobs, leak_warning, open_session
+from loadertop.core.engine.live import (
+    AttachError,
+    JobRun,
+    LeakConfig,
+    LiveSession,
+    find_jobs,
+    hold_signals,
+    leak_warning,
+    open_session,
+    start_job,
+)
 from loadertop.core.engine.nodes.launch import Launch, detect_launch
 from loadertop.core.engine.nodes.node_link import NodeLink
 from loadertop.core.engine.report.export import write_csv, write_json, write_markdown
@@ -40,6 +50,7 @@ __all__ = [
     "HEADERS",
     "NONE",
     "AttachError",
+    "JobRun",
     "Launch",
     "LeakConfig",
     "LiveSession",
@@ -55,6 +66,7 @@ __all__ = [
     "detect_launch",
     "duration_text",
     "find_jobs",
+    "hold_signals",
     "leak_warning",
     "mb",
     "num",
@@ -68,6 +80,7 @@ __all__ = [
     "read_trials_strict",
     "seconds",
     "slope",
+    "start_job",
     "sweep",
     "utilization",
     "write_csv",

@@ -32,7 +32,7 @@ from loadertop.core.job.resume import (
 )
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, step_message, tune_settings
-from loadertop.core.job.watch import StepRecorder, watch, worker_pids
+from loadertop.core.job.watch import StepRecorder, plain_iter, watch, worker_pids
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobWorkers, TuneChose, TuneStep
 
@@ -153,11 +153,11 @@ class Tuned:
         config = self._config_due()
         opened = time.perf_counter()
         try:
-            it = iter(loader_from(self.loader, batches[pos:], config))
+            it = plain_iter(loader_from(self.loader, batches[pos:], config))
         except Exception as exc:  # ours: arguments the user's loader never had; the user's own knobs next
             self._aside(exc)
             config = current_config(self.loader)
-            it = iter(loader_from(self.loader, batches[pos:], config))
+            it = plain_iter(loader_from(self.loader, batches[pos:], config))
         self._guard(self._meter_opened, it, config, len(batches) - pos)
         self._guard(self._announce, epoch, it, config, first)
         return it, config, opened
@@ -223,7 +223,7 @@ class Tuned:
     def _plain_epoch(self, epoch: int) -> Iterator[Any]:
         loader = self._loader_now()
         began = time.perf_counter()
-        it = iter(loader)
+        it = plain_iter(loader)
         self._guard(self._announce, epoch, it, self.choice, True)
         batches, first, complete = 0, None, False
         size = getattr(loader, "batch_size", None) or 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import multiprocessing
+import threading
 import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -218,6 +219,25 @@ def samples_in(batch: Any) -> int:
         return 1
 
 
+# -- iterating a loader loadertop already watches -------------------------------------------------------------------
+
+_own = threading.local()  # set while watch() or tune() opens an iterator of their own: `loadertop run` keeps off it
+
+
+def plain_iter(loader: Any) -> Iterator[Any]:
+    """iter(loader), never watched again by `loadertop run`'s hook (watch() and tune() record it themselves)."""
+    _own.on = True
+    try:
+        return iter(loader)
+    finally:
+        _own.on = False
+
+
+def owned() -> bool:
+    """True while watch() or tune() opens an iterator (on this thread)."""
+    return bool(getattr(_own, "on", False))
+
+
 # -- watch() -------------------------------------------------------------------------------------------------------
 
 
@@ -233,7 +253,7 @@ class _LoaderState:
 _states: weakref.WeakKeyDictionary[Any, _LoaderState] = weakref.WeakKeyDictionary()
 
 
-def _state_of(loader: Any) -> _LoaderState:
+def state_of(loader: Any) -> _LoaderState:
     try:
         state = _states.get(loader)
         if state is None:
@@ -260,12 +280,12 @@ class Watched:
     def __iter__(self) -> Iterator[Any]:
         try:
             pub = publisher()
-            recorder = _recorder_for(self.loader, pub) if pub is not None else None
+            recorder = recorder_for(self.loader, pub) if pub is not None else None
         except Exception:  # loadertop's own failure: step aside for this epoch
             recorder = None
         if recorder is None:
             return iter(self.loader)
-        return _epoch(self.loader, recorder, _state_of(self.loader))
+        return watched_epoch(self.loader, recorder, state_of(self.loader))
 
 
 def watch(loader: Any) -> Watched:
@@ -280,8 +300,8 @@ def _batches_in(loader: Any) -> int:
         return -1
 
 
-def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
-    state = _state_of(loader)
+def recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
+    state = state_of(loader)
     if state.recorder is None or state.pub is not pub:  # first epoch, or a new publisher since (reset)
         state.recorder = StepRecorder(pub, pub.new_loader())
         state.pub = pub
@@ -292,7 +312,7 @@ def _recorder_for(loader: Any, pub: Publisher) -> StepRecorder:
 
 def _hold_plan(batch: Any) -> tuple[bool, type]:
     """From an epoch's first batch: whether its batches are held (host memory only: a batch on a GPU is never
-    held longer, see _epoch), and a class whose batches are held as they are (a tensor, an array, a tuple)."""
+    held longer, see watched_epoch), and a class whose batches are held as they are (a tensor, an array, a tuple)."""
     try:
         on_host = getattr(getattr(_first_leaf(batch), "device", None), "type", "cpu") == "cpu"
         return on_host, tuple if isinstance(batch, list | tuple | Mapping) else batch.__class__
@@ -313,7 +333,7 @@ def _parts(batch: Any) -> Any:
     return batch
 
 
-def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]:
+def watched_epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]:
     """One epoch, recorded. Exceptions of the loader pass through unchanged; break/close ends it (complete=False).
 
     The batch before the one handed out is held until the next next(), and let go there, inside the wait: the
@@ -324,7 +344,7 @@ def _epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterator[Any]
     epoch = state.epoch  # taken when the epoch starts, not at iter(): an iterator never run uses no number
     state.epoch += 1
     t_start = perf_counter()
-    it = iter(loader)
+    it = plain_iter(loader)
     rec.epoch_started(epoch, worker_pids(it), loader_config(loader))
     fixed = getattr(loader, "batch_size", None)
     fixed = fixed if isinstance(fixed, int) and fixed > 0 else None

@@ -23,6 +23,8 @@ from loadertop.core.model.live_protocol import JobHello
 JOB_FILE = "job.json"
 SOCKET_FILE = "sock"
 TUNE_FILE = "tune.jsonl"
+# `loadertop run`: the folder put first on the job's PYTHONPATH (its sitecustomize.py installs the DataLoader hook).
+RUN_SITE = Path(__file__).resolve().parents[1] / "job" / "site"
 
 
 def jobs_root() -> Path:

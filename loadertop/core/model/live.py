@@ -48,6 +48,8 @@ class LiveSnapshot:
     notes: tuple[str, ...]  # new since the last snapshot: tune steps, the tune choice, epoch summaries
     ended: str | None = None  # set on the last snapshot: why the view ended ("the job exited")
     leak: str | None = None  # the leak warning (also the first of `warnings`), None while no worker grows
+    wait_ms_p50: float | None = None  # the wait's median (the worst of the job's reports in the interval)
+    wait_ms_max: float | None = None  # the longest wait in the interval
 
     @property
     def worker_uss_mb(self) -> list[float | None]:

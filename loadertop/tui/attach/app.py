@@ -123,6 +123,7 @@ class AttachApp(App[int]):
         Binding("p", "pick", "pick", tooltip="detach and pick another job from the list", id="attach.pick"),
         Binding("question_mark", "help", "help", key_display="?", tooltip="this help", id="attach.help"),
         Binding("q", "quit", "quit", tooltip="detach and quit (the job goes on)", id="attach.quit"),
+        Binding("ctrl+c", "interrupt_job", show=False, priority=True, id="attach.interrupt"),
     ]
 
     def __init__(
@@ -133,8 +134,12 @@ class AttachApp(App[int]):
         interval: float,
         session: SessionLike | None = None,
         json_path: Path | None = None,
+        sink: Callable[[LiveSnapshot], None] | None = None,
+        interrupt: Callable[[], None] | None = None,
     ) -> None:
         super().__init__()
+        self.sink = sink  # each snapshot is handed here too, from the session's thread (--openmetrics)
+        self.interrupt = interrupt  # `loadertop run`: Ctrl-C is the job's (the terminal's keys are the app's)
         self.opener, self.list_jobs, self.interval = opener, jobs, interval
         self.first_session = session
         self.json_path = json_path
@@ -208,6 +213,8 @@ class AttachApp(App[int]):
             for snapshot in session.snapshots():
                 if attachment.stop.is_set():
                     break
+                if self.sink is not None:
+                    self.sink(snapshot)
                 self.post_message(Snapshot(generation, snapshot))
         except Exception as error:
             if not attachment.stop.is_set():
@@ -301,6 +308,14 @@ class AttachApp(App[int]):
             self.pop_screen()
             return
         self.push_screen(HelpScreen([b for b in self.BINDINGS if isinstance(b, Binding)], PANES_HELP))
+
+    def action_interrupt_job(self) -> None:
+        """Ctrl-C under `loadertop run`: SIGINT to the job, as the terminal would send it without loadertop."""
+        if self.interrupt is None:
+            self.action_help_quit()
+            return
+        self.interrupt()
+        self.notify("Ctrl-C sent to the job (SIGINT); q leaves the view", severity="warning", timeout=5)
 
     async def action_quit(self) -> None:
         self.detach()

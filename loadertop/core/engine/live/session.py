@@ -4,6 +4,7 @@ until the job ends (the last one has `ended` set) or `close()` is called. Nothin
 
 from __future__ import annotations
 
+import socket
 import statistics
 import threading
 import time
@@ -33,6 +34,15 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def job_rank(process: psutil.Process) -> str:
+    """The job's rank as its launcher set it (RANK, else LOCAL_RANK; "0" for a job with neither, or unreadable)."""
+    try:
+        env = process.environ()
+    except psutil.Error:
+        return "0"
+    return env.get("RANK") or env.get("LOCAL_RANK") or "0"
+
+
 def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
@@ -57,6 +67,8 @@ class LiveSession:
         attach_wall = time.time()
         self._process = psutil.Process(self.pid)
         self._client = None if target.job is None else JobClient(target.job.socket)
+        self.hostname = socket.gethostname() if self._client is None else self._client.hello.hostname
+        self.rank = job_rank(self._process)
         self.watched = self._client is not None
         self._fold = None if self._client is None else MessageFold(self._client.hello.started, attach_wall)
         self._leak = LeakDetector(leak)
@@ -165,6 +177,7 @@ class LiveSession:
         last = samples[-1] if samples else None
         available = read_free_mb() if last is None else free_mb(last.mem_available_mb, last.cgroup_mem_headroom_mb)
         samples_per_s, batches_per_s, stall, wait_p95, step_ms = interval.rates(seconds)
+        wait_p50, wait_max = interval.wait_tails()
         gpus, gpu_why = job_gpus(self._gpu, {self.pid, *self._workers})
         leak = self._leak.warning(available)
         warnings = [leak] if leak else []
@@ -195,6 +208,8 @@ class LiveSession:
             mem_available_mb=available,
             warnings=tuple(warnings),
             leak=leak,
+            wait_ms_p50=wait_p50,
+            wait_ms_max=wait_max,
             missing=tuple(missing),
             notes=tuple(interval.notes),
             ended=ended,

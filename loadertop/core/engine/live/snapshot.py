@@ -31,9 +31,16 @@ class Interval:
     wait_s: float = 0.0
     step_s: float = 0.0
     wait_p95_ms: list[float] = field(default_factory=list)
+    wait_p50_ms: list[float] = field(default_factory=list)
+    wait_max_ms: list[float] = field(default_factory=list)
     dropped: int = 0
     epoch_ends: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+
+    def wait_tails(self) -> tuple[float | None, float | None]:
+        """The wait's median (the worst span's, as the p95) and its maximum (ms) over the interval."""
+        p50 = max(self.wait_p50_ms) if self.wait_p50_ms else None
+        return p50, max(self.wait_max_ms) if self.wait_max_ms else None
 
     def rates(self, seconds: float) -> tuple[float | None, float | None, float | None, float | None, float | None]:
         """samples/s, batches/s, stall fraction, wait p95 (ms), mean step (ms); None without a step."""
@@ -96,6 +103,10 @@ class MessageFold:
                     interval.dropped += message.dropped
                     if message.wait_ms_p95 is not None:
                         interval.wait_p95_ms.append(message.wait_ms_p95)
+                    if message.wait_ms_p50 is not None:
+                        interval.wait_p50_ms.append(message.wait_ms_p50)
+                    if message.wait_ms_max is not None:
+                        interval.wait_max_ms.append(message.wait_ms_max)
             elif isinstance(message, JobEpoch):
                 interval.epoch_ends.append(round(message.t + self._shift, 3))
                 interval.notes.append(_epoch_note(message))
