@@ -98,3 +98,22 @@ def test_what_the_budget_left_unmeasured_is_said() -> None:
     done = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
     drive(done, lambda c, n: rates.get(c.num_workers, 600.0))
     assert "the budget ended" not in done.choice(USER).reason  # the plan ran its course: nothing to say
+
+
+def test_short_epochs_are_measured_whole_after_the_switch_epoch() -> None:
+    # 46-batch epochs at 10 workers: the switch's part epoch reads off its start-up buffer (tune measured 3387
+    # samples/s at 10 workers on 2 CPUs, which decode 1700; the sweep measures whole epochs and picked 2 workers)
+    from loadertop.core.job.tune_measure import Meter
+
+    meter = Meter(TrialConfig(10, 32, 2, False, False, "fork"), skip=0)
+    meter.opened(buffer=20, remaining=30)  # the switch, mid-epoch: its buffer skipped, half the rest left
+    assert meter.skip == 15
+    for _ in range(30):
+        meter.add(0.001, 0.01, 32)  # the buffer drains fast
+    assert meter.batches == 15 and not meter.whole_epochs
+    meter.opened(buffer=20, remaining=46)  # an epoch boundary: the part epoch goes, whole epochs from here
+    assert meter.whole_epochs and meter.batches == 0 and meter.skip == 0
+    meter.add(0.5, 0.01, 32)  # the boundary (workers started again) in the first batch's wait: counted
+    assert meter.batches == 1 and meter.measured_s == pytest.approx(0.51)
+    meter.opened(buffer=20, remaining=46)  # the next boundary keeps what the whole epochs measured
+    assert meter.batches == 1 and meter.skip == 0

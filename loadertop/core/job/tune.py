@@ -165,8 +165,7 @@ class Tuned:
     def _meter_opened(self, it: Iterator[Any], config: TrialConfig, remaining: int) -> None:
         meter = self._meter
         if meter is not None and meter.config == config:
-            # Skip the fresh iterator's start-up buffer, but leave half the epoch's rest to measure (tiny epochs).
-            meter.restart(min(start_up_buffer(config), remaining // 2))
+            meter.opened(start_up_buffer(config), remaining)
             meter.pids = worker_pids(it)
 
     def _config_due(self) -> TrialConfig:
@@ -215,7 +214,8 @@ class Tuned:
             self._settle()
             return self.choice != config  # keep the running iterator when it already has the choice
         # _open sets the skip of a fresh iterator; a finalist measured again right away keeps the running one.
-        self._meter = Meter(nxt, skip=0, pids=meter.pids if nxt == config else ())
+        again = nxt == config  # measured again on the running iterator: no switch, no buffer to skip
+        self._meter = Meter(nxt, skip=0, pids=meter.pids if again else (), iterators=int(again))
         return nxt != config  # a finalist measured again right away needs no restart
 
     # -- settled, or stepped aside: plain epochs ----------------------------------------------------------------

@@ -1,8 +1,11 @@
 """Measuring one configuration inside the training loop: by the real step, not an emulated one.
 
 Per batch handed out: the wait in next() and the step (from the batch handed out to the next next() call). The
-start-up buffer of each fresh iterator is skipped (it would count start-up as steady throughput); what switching
-cost (from the switch to the first batch) is kept apart.
+start-up buffer of the switch's iterator is skipped (it would count start-up as steady throughput); what switching
+cost (from the switch to the first batch) is kept apart. An epoch that ends within the measurement is shorter than
+it: training pays its boundary (workers started again, the buffer refilled) every epoch, so from then on the
+measurement is of whole epochs, boundary included, as a sweep's trial measures them; the part epoch before it, read
+off the switch's buffer, is dropped (at 10 workers on 2 CPUs it read 2× what the CPUs can decode).
 """
 
 from __future__ import annotations
@@ -38,11 +41,24 @@ class Meter:
     pids: tuple[int, ...] = ()  # the current iterator's workers
     _cpu0: tuple[float, float] | None = None  # (wall, CPU seconds of the job and its workers) at the span's start
     _cpu_ok: bool = True  # False once the span crossed iterators (the old workers' CPU time is gone)
+    whole_epochs: bool = False  # an epoch ended while measuring: whole epochs from then on, boundaries included
+    iterators: int = 0  # iterators of this configuration opened while measuring it (the running one counts)
 
-    def restart(self, skip: int) -> None:
-        """A fresh iterator of the same configuration (a new epoch): skip its start-up buffer too."""
-        self.skip = skip
+    def opened(self, buffer: int, remaining: int) -> None:
+        """An iterator of this configuration opened over the epoch's `remaining` batches. The switch's own skips its
+        start-up `buffer` (leaving half of a tiny epoch's rest to measure). A later one is a new epoch: the first
+        such boundary drops what was measured of the part epoch before it (read off the switch's buffer), and from
+        then on epochs count whole, each boundary (the workers' start-up, the buffer refilled) in the wait for its
+        first batch."""
+        self.iterators += 1
+        if self.iterators == 1:
+            self.skip = min(buffer, remaining // 2)
+            return
         self._cpu_ok = self._cpu_ok and not self.waits
+        if not self.whole_epochs:
+            self.whole_epochs = True
+            self.waits, self.steps, self.samples = [], [], []
+        self.skip = 0
 
     def add(self, wait_s: float, step_s: float, samples: int) -> None:
         if self.skip > 0:
