@@ -65,7 +65,9 @@ def _check_attached(run: dict) -> None:
     assert not any("throughput" in m for s in snaps if s.watched for m in s.missing), [s.missing for s in snaps]
     shown = _shown(snaps)
     assert shown, [(s.watched, s.samples_per_s, s.workers) for s in snaps]
-    assert all(100 < s.samples_per_s < 20_000 for s in shown)  # 16-sample batches at ~10 ms steps: ~1000/s
+    # 16-sample batches at ~10 ms steps: ~1000/s on a quiet machine; an interval of a busy one may read far less
+    rates = [s.samples_per_s for s in shown]
+    assert all(0 < r < 20_000 for r in rates) and max(rates) > 100, rates
     notes = [n for s in snaps for n in s.notes]
     assert any("epoch 0 ended: 60 batches" in n for n in notes), notes  # whole epochs, counted
 
