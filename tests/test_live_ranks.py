@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,6 +79,33 @@ def test_fold_without_a_wait_names_no_rank_and_an_ended_rank_is_not_slowest() ->
     gone = replace(fold_ranks(10, [_snap("1", 12, 90.0, 10.0)], {}).ranks[0], ended="the job exited")
     view = fold_ranks(10, [_snap("0", 11, 3.0, 300.0)], {"1": gone})
     assert view.slowest_rank == "0" and view.samples_per_s == pytest.approx(300.0) and len(view.ranks) == 2
+
+
+@pytest.mark.unit
+def test_openmetrics_serves_a_series_per_rank_and_marks_the_slowest() -> None:
+    pytest.importorskip("prometheus_client")
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from loadertop.openmetrics import MetricsServer
+
+    view = fold_ranks(10, [_snap("0", 11, 2.0, 300.0, 0.05), _snap("1", 12, 40.0, 100.0, 0.6)], {})
+    server = MetricsServer("127.0.0.1:0")
+    try:
+        server.set_job(pid=10, command="torchrun --nproc-per-node 2 train.py", hostname="node7", rank="all")
+        server.update(replace(_snap("0", 11, 2.0, 300.0, 0.05), ranks=view))
+        with urllib.request.urlopen(server.url, timeout=5) as response:
+            text = response.read().decode()
+    finally:
+        server.close()
+    families = {f.name: [(s.labels, s.value) for s in f.samples] for f in text_string_to_metric_families(text)}
+    rates = {labels["rank"]: (labels["pid"], value) for labels, value in families["loadertop_samples_per_second"]}
+    assert rates == {"0": ("11", 300.0), "1": ("12", 100.0)}
+    assert {labels["rank"]: value for labels, value in families["loadertop_rank_slowest"]} == {"0": 0.0, "1": 1.0}
+    ((total_labels, total),) = families["loadertop_job_samples_per_second"]
+    assert total == pytest.approx(400.0) and total_labels["rank"] == "all" and total_labels["pid"] == "10"
+    waits = {(g["rank"], g["quantile"]): v for g, v in families["loadertop_data_wait_seconds"]}
+    assert waits[("1", "0.95")] == pytest.approx(0.040) and waits[("0", "0.99")] == pytest.approx(0.002)
+    assert {g["rank"] for g, _ in families["loadertop_worker_uss_bytes"]} == {"0"}  # the shown rank's memory
 
 
 def _free_port() -> int:
