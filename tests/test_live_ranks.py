@@ -51,7 +51,7 @@ deadline = time.monotonic() + 40
 while not stop.exists() and time.monotonic() < deadline:
     for batch in loadertop.watch(loader):
         time.sleep(0.004)
-        if stop.exists():
+        if stop.exists() or time.monotonic() > deadline:
             break
 """
 

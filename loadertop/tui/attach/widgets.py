@@ -150,14 +150,14 @@ class RanksPane(Pane[LiveState]):
         view = self.state.last.ranks if self.state.last is not None else None
         if view is None:
             return Content("")
-        lines = [Content.styled("rank      pid  samples/s  stall  wait p95  p99 ms  workers", "dim")]
+        lines = [Content.styled("rank     pid samples/s stall p95 ms p99 ms wkr", "dim")]
         for row in view.ranks:
             text = (
-                f"{row.rank:>4} {row.pid:>8} {rate(row.samples_per_s):>10} {pct(row.stall_fraction):>6} "
-                f"{num(row.wait_ms_p95, 1):>9} {num(row.wait_ms_p99, 1):>7} {row.workers:>8}"
+                f"{row.rank:>4} {row.pid:>7} {rate(row.samples_per_s):>9} {pct(row.stall_fraction):>5} "
+                f"{num(row.wait_ms_p95, 1):>6} {num(row.wait_ms_p99, 1):>6} {row.workers:>3}"
             )
             if row.slowest:
-                lines.append(Content.assemble((text, "bold $warning"), ("  ← slowest", "bold $warning")))
+                lines.append(Content.assemble((text, "bold $warning"), (" ← slowest", "bold $warning")))
             elif row.ended:
                 lines.append(Content.styled(f"{text}  ended", "dim"))
             else:
@@ -168,6 +168,7 @@ class RanksPane(Pane[LiveState]):
     def update_view(self) -> None:
         self.display = self.state.last is not None and self.state.last.ranks is not None
         super().update_view()
+        self.refresh(layout=True)  # the sentence naming the slowest rank wraps
 
 
 class GpuLivePane(Pane[LiveState]):
