@@ -222,6 +222,9 @@ def launcher_ranks(target: int | str | None, scan_s: float = WORKER_SCAN_S) -> l
         return None
     deadline = time.monotonic() + scan_s
     while True:
+        with contextlib.suppress(psutil.Error):
+            if not process.children():
+                return None  # no descendant to wait for: `resolve` says what the process is
         ranks = publishing_descendants(pid)
         if ranks:
             check_readable(_process(ranks[0].pid))
