@@ -36,7 +36,8 @@ def start(name: str, script: str, args: list[str], tmp: Path, env: dict[str, str
         script = script.replace("num_train_epochs=8", "num_train_epochs=1000")
         # epochs of 0.7 s restart the workers often; kept between epochs, the Workers pane always has them
         script = script.replace("num_workers=2)", "num_workers=2, persistent_workers=True)")
-        script = script.replace("num_workers=2,", "num_workers=2, dataloader_persistent_workers=True,")
+        hf = "dataloader_num_workers=2,"
+        script = script.replace(hf, hf + " dataloader_persistent_workers=True,")
     path = tmp / f"job_{name}.py"
     path.write_text(TORCHVISION_SHIM + script)
     return subprocess.Popen([PY, str(path), *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -163,9 +163,8 @@ def follow_job(
     if found is None:
         print(NOTHING_WATCHED, file=sys.stderr, flush=True)
         return
-    target = found.pid if found.pid == job.pid else job.pid  # a launcher (torchrun): every rank under it
     try:
-        run_attach_headless(target, interval=interval, json_path=json_path, out=out, metrics=metrics)
+        run_attach_headless(job.view_target(found), interval=interval, json_path=json_path, out=out, metrics=metrics)
     except AttachError as error:  # it exited between publishing and attaching
         print(f"loadertop run: {error}", file=sys.stderr, flush=True)
 

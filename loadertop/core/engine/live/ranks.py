@@ -71,7 +71,7 @@ def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[str
 
 def _pacing(slow: RankRow | None, measured: list[RankRow]) -> str:
     if slow is None:
-        return "no rank measured a data wait yet"
+        return "no rank took a step in this interval"
     stall = "" if slow.stall_fraction is None else f", stall {pct(slow.stall_fraction)}"
     others = [r for r in measured if r.rank != slow.rank]
     if not others:
