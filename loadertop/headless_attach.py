@@ -68,7 +68,8 @@ def rank_lines(view: JobRanks) -> list[str]:
         state = f"  ended: {row.ended}" if row.ended else ""
         lines.append(
             f"  rank {row.rank:>2}  pid {row.pid}  {rate(row.samples_per_s)} samples/s  stall {pct(row.stall_fraction)}"
-            f"  wait p95 {num(row.wait_ms_p95, 1)} p99 {num(row.wait_ms_p99, 1)} ms  {row.workers} workers{state}{mark}"
+            f"  wait mean {num(row.wait_ms_mean, 1)} p95 {num(row.wait_ms_p95, 1)} p99 {num(row.wait_ms_p99, 1)} ms"
+            f"  {row.workers} workers{state}{mark}"
         )
     lines.append(f"  job: {rate(view.samples_per_s)} samples/s over {len(view.ranks)} ranks; {view.pacing}")
     return lines

@@ -57,18 +57,21 @@ while not stop.exists() and time.monotonic() < deadline:
 
 
 def _snap(rank: str, pid: int, p95: float | None, rate: float | None, stall: float | None = None):  # type: ignore[no-untyped-def]
+    mean = None if p95 is None else p95 / 2  # the fold names the slowest by the mean wait
     return replace(demo_snapshot(5), rank=rank, pid=pid, wait_ms_p95=p95, wait_ms_p99=p95, samples_per_s=rate,
-                   stall_fraction=stall)  # fmt: skip
+                   stall_fraction=stall, wait_ms_mean=mean)  # fmt: skip
 
 
 @pytest.mark.unit
 def test_fold_names_the_rank_with_the_longest_data_wait_and_sums_the_job() -> None:
     view = fold_ranks(10, [_snap("1", 12, 40.0, 100.0, 0.6), _snap("0", 11, 2.0, 300.0, 0.05)], {})
+    startup = replace(_snap("0", 11, 400.0, 300.0), wait_ms_mean=4.0)  # one worker start-up: a long p95, short mean
+    assert fold_ranks(10, [startup, _snap("1", 12, 60.0, 60.0)], {}).slowest_rank == "1"
     assert [r.rank for r in view.ranks] == ["0", "1"]
     assert view.slowest_rank == "1" and [r.slowest for r in view.ranks] == [False, True]
     assert view.samples_per_s == pytest.approx(400.0)
-    assert view.pacing.startswith("rank 1 waits longest for its data: p95 40.0 ms")
-    assert "rank 0: p95 2.0 ms" in view.pacing
+    assert view.pacing.startswith("rank 1 waits longest for its data: 20.0 ms a batch, p95 40.0 ms")
+    assert "rank 0: 1.0 ms a batch, p95 2.0 ms" in view.pacing
     lines = rank_lines(view)
     assert "<- slowest" in lines[1] and "<- slowest" not in lines[0] and lines[-1].startswith("  job: 400 samples/s")
 
@@ -76,9 +79,11 @@ def test_fold_names_the_rank_with_the_longest_data_wait_and_sums_the_job() -> No
 @pytest.mark.unit
 def test_fold_without_a_wait_names_no_rank_and_an_ended_rank_is_not_slowest() -> None:
     assert fold_ranks(10, [_snap("0", 11, None, None)], {}).slowest_rank is None
+    alone = fold_ranks(10, [_snap("0", 11, 5.0, 200.0), _snap("1", 12, None, None)], {})
+    assert alone.slowest_rank is None and alone.pacing.startswith("only rank 0 took steps")
     gone = replace(fold_ranks(10, [_snap("1", 12, 90.0, 10.0)], {}).ranks[0], ended="the job exited")
     view = fold_ranks(10, [_snap("0", 11, 3.0, 300.0)], {"1": gone})
-    assert view.slowest_rank == "0" and view.samples_per_s == pytest.approx(300.0) and len(view.ranks) == 2
+    assert view.slowest_rank is None and view.samples_per_s == pytest.approx(300.0) and len(view.ranks) == 2
 
 
 @pytest.mark.unit

@@ -29,6 +29,7 @@ class RankRow:
     pid: int
     samples_per_s: float | None
     stall_fraction: float | None
+    wait_ms_mean: float | None  # the mean wait for a batch: what names the slowest rank
     wait_ms_p95: float | None
     wait_ms_p99: float | None
     workers: int
@@ -43,7 +44,7 @@ class JobRanks:
     launcher_pid: int
     ranks: tuple[RankRow, ...]  # in rank order
     samples_per_s: float | None  # the job's: the ranks' samples/s summed
-    slowest_rank: str | None  # the rank with the longest data wait (p95, then stall), None with no wait measured
+    slowest_rank: str | None  # the longest mean data wait (then p95); None while fewer than 2 ranks took steps
     pacing: str  # the sentence that names it, e.g. "rank 1 waits longest for data: p95 41.0 ms vs 2.1 ms …"
 
 
@@ -77,6 +78,7 @@ class LiveSnapshot:
     wait_ms_p50: float | None = None  # the wait's median (the worst of the job's reports in the interval)
     wait_ms_max: float | None = None  # the longest wait in the interval
     wait_ms_p99: float | None = None  # the worst of the job's reports in the interval, as the p95
+    wait_ms_mean: float | None = None  # the mean wait for a batch over the interval
     rank: str = "0"  # RANK (else LOCAL_RANK) in the job's environment
     ranks: JobRanks | None = None  # attached to a launcher: every rank (this snapshot is its lowest rank's)
 

@@ -39,8 +39,9 @@ PANES_HELP = (
      "the last interval's samples/s, batches/s, stall fraction, step time and p95 wait; how the view ended."),
     ("Throughput", "samples/s over time (left axis), the stall fraction in % (right axis, red), epoch ends (|)."),
     ("GPU", "utilization of the job's GPUs over time with now / avg / max, or why it is unavailable."),
-    ("Ranks", "attached to a launcher (torchrun's pid): each rank's samples/s, stall, data-wait p95/p99 and "
-     "workers, the job's samples/s, and the slowest rank by its data wait (the view shows the lowest rank)."),
+    ("Ranks", "attached to a launcher (torchrun's pid): each rank's samples/s, stall, data wait (mean, p95, p99; "
+     "ms) and workers, ← on the slowest by its mean data wait; the job's samples/s; the rest of the view is the "
+     "lowest rank's."),
     ("Workers", "each DataLoader worker's USS over time, its slope ± error in MB/min (⚠ with a leak warning), "
      "PSS and CPU; the job's total PSS, the main process and the memory still available."),
     ("Warnings", "leak warnings first (⚠, with the time left to the memory limit and the fix), other warnings, "

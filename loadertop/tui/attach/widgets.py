@@ -134,8 +134,8 @@ class WorkersPane(Pane[LiveState]):
 
 
 class RanksPane(Pane[LiveState]):
-    """Attached to a launcher (torchrun): each rank's samples/s, stall, data-wait p95/p99 and workers, the job's
-    samples/s and the slowest rank, all as the engine folded them (engine/live/ranks.py). Hidden for one job."""
+    """Attached to a launcher (torchrun): each rank's samples/s, stall, data wait (mean, p95, p99) and workers, the
+    job's samples/s and the slowest rank, all as the engine folded them (engine/live/ranks.py). Hidden for one job."""
 
     DEFAULT_CLASSES = "box"
 
@@ -150,14 +150,15 @@ class RanksPane(Pane[LiveState]):
         view = self.state.last.ranks if self.state.last is not None else None
         if view is None:
             return Content("")
-        lines = [Content.styled("rank     pid samples/s stall p95 ms p99 ms wkr", "dim")]
+        lines = [Content.styled("rank     pid samples/s stall  mean   p95   p99 wkr  (wait ms)", "dim")]
         for row in view.ranks:
             text = (
                 f"{row.rank:>4} {row.pid:>7} {rate(row.samples_per_s):>9} {pct(row.stall_fraction):>5} "
-                f"{num(row.wait_ms_p95, 1):>6} {num(row.wait_ms_p99, 1):>6} {row.workers:>3}"
+                f"{num(row.wait_ms_mean, 1):>5} {num(row.wait_ms_p95, 1):>5} {num(row.wait_ms_p99, 1):>5} "
+                f"{row.workers:>3}"
             )
             if row.slowest:
-                lines.append(Content.assemble((text, "bold $warning"), (" ← slowest", "bold $warning")))
+                lines.append(Content.assemble((text, "bold $warning"), (" ←", "bold $warning")))
             elif row.ended:
                 lines.append(Content.styled(f"{text}  ended", "dim"))
             else:

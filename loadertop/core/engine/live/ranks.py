@@ -26,7 +26,7 @@ def _rank_key(rank: str) -> tuple[int, str]:
 
 
 def _wait_key(row: RankRow) -> tuple[float, float]:
-    return (row.wait_ms_p95 or 0.0, row.stall_fraction or 0.0)
+    return (row.wait_ms_mean or 0.0, row.wait_ms_p95 or 0.0)
 
 
 def _ms(value: float | None) -> str:
@@ -35,14 +35,16 @@ def _ms(value: float | None) -> str:
 
 def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[str, RankRow]) -> JobRanks:
     """The ranks' rows (live ones from this interval's snapshots, ended ones as they last were), the job's
-    samples/s, and the slowest rank: the longest data-wait p95 (then the larger stall) among the running ranks
-    that measured one (among all of them once every rank ended)."""
+    samples/s, and the slowest rank: the longest mean data wait per batch (then p95; a worker start-up wait weighs
+    in once, where it would be a rank's whole p95) among the running ranks
+    that measured one (among all of them once every rank ended); none while fewer than two measured one."""
     rows = {
         s.rank: RankRow(
             rank=s.rank,
             pid=s.pid,
             samples_per_s=s.samples_per_s,
             stall_fraction=s.stall_fraction,
+            wait_ms_mean=s.wait_ms_mean,
             wait_ms_p95=s.wait_ms_p95,
             wait_ms_p99=s.wait_ms_p99,
             workers=len(s.workers),
@@ -53,8 +55,8 @@ def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[str
     }
     rows = {**ended, **rows}
     pool = [r for r in rows.values() if r.ended is None] or list(rows.values())  # all ended: their last figures
-    measured = [r for r in pool if r.wait_ms_p95 is not None]
-    slow = max(measured, key=_wait_key) if measured else None
+    measured = [r for r in pool if r.wait_ms_mean is not None]
+    slow = max(measured, key=_wait_key) if len(measured) >= 2 else None  # one rank alone is no slower than any
     ordered = tuple(
         replace(r, slowest=slow is not None and r.rank == slow.rank)
         for r in sorted(rows.values(), key=lambda r: _rank_key(r.rank))
@@ -69,18 +71,22 @@ def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[str
     )
 
 
+def _stall(row: RankRow) -> str:
+    return "" if row.stall_fraction is None else f", stall {pct(row.stall_fraction)}"
+
+
 def _pacing(slow: RankRow | None, measured: list[RankRow]) -> str:
-    if slow is None:
+    if not measured:
         return "no rank took a step in this interval"
-    stall = "" if slow.stall_fraction is None else f", stall {pct(slow.stall_fraction)}"
-    others = [r for r in measured if r.rank != slow.rank]
-    if not others:
-        return f"rank {slow.rank} waits longest for its data: p95 {_ms(slow.wait_ms_p95)}{stall} (only rank measured)"
-    fast = min(others, key=_wait_key)
-    return (
-        f"rank {slow.rank} waits longest for its data: p95 {_ms(slow.wait_ms_p95)}{stall}; the least, rank "
-        f"{fast.rank}: p95 {_ms(fast.wait_ms_p95)}"
-    )
+    if slow is None:
+        (only,) = measured
+        return f"only rank {only.rank} took steps in this interval ({_wait(only)}): no other rank to compare"
+    fast = min((r for r in measured if r.rank != slow.rank), key=_wait_key)
+    return f"rank {slow.rank} waits longest for its data: {_wait(slow)}; the least, rank {fast.rank}: {_wait(fast)}"
+
+
+def _wait(row: RankRow) -> str:
+    return f"{_ms(row.wait_ms_mean)} a batch, p95 {_ms(row.wait_ms_p95)}{_stall(row)}"
 
 
 class RankSessions:

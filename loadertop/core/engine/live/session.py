@@ -239,6 +239,7 @@ class LiveSession:
             wait_ms_p50=wait_p50,
             wait_ms_max=wait_max,
             wait_ms_p99=wait_p99,
+            wait_ms_mean=interval.wait_mean_ms(),
             missing=tuple(missing),
             notes=tuple(interval.notes),
             ended=ended,

@@ -44,6 +44,10 @@ class Interval:
         p99 = max(self.wait_p99_ms) if self.wait_p99_ms else None
         return p50, p99, max(self.wait_max_ms) if self.wait_max_ms else None
 
+    def wait_mean_ms(self) -> float | None:
+        """The mean wait for a batch (ms) over the interval: a start-up wait weighs in once, not as the p95."""
+        return self.wait_s / self.batches * 1000.0 if self.batches else None
+
     def rates(self, seconds: float) -> tuple[float | None, float | None, float | None, float | None, float | None]:
         """samples/s, batches/s, stall fraction, wait p95 (ms), mean step (ms); None without a step."""
         if self.batches == 0 or seconds <= 0:
