@@ -6,10 +6,10 @@ unit (bytes, seconds); prometheus-client writes the text (the `metrics` extra: `
 Every metric is labelled job (the job's script or command), pid, hostname and rank (RANK, else LOCAL_RANK, in the
 job's environment). A figure the interval did not measure is left out rather than written as 0.
 
-Attached to a launcher (torchrun's pid), samples/s, stall, the data-wait quantiles and the workers count carry one
-series per rank (its pid and rank), loadertop_rank_slowest is 1 on the rank the engine named slowest by its data wait,
-loadertop_job_samples_per_second is the ranks' sum (rank "all", the launcher's pid), and the memory figures are the
-lowest rank's (the one the view shows).
+Attached to a launcher (torchrun's pid), samples/s, stall, the data-wait quantiles and mean and the workers count
+carry one series per rank (its pid and rank), loadertop_rank_slowest is 1 on the rank the engine named slowest by its
+mean data wait, loadertop_job_samples_per_second is the ranks' sum (rank "all", the launcher's pid), and the memory
+figures are the lowest rank's (the one the view shows).
 """
 
 from __future__ import annotations
@@ -173,6 +173,8 @@ class MetricsServer:
         yield uss
         yield growth
         if snap.ranks is None:
+            yield gauge("loadertop_data_wait_mean_seconds", "mean wait for a batch in next(loader), last interval",
+                        _seconds(snap.wait_ms_mean), "seconds")  # fmt: skip
             yield gauge("loadertop_workers", "DataLoader workers of the job", float(len(snap.workers)))
         yield gauge("loadertop_leak_warning", "1 while the workers' memory grows steadily (the leak warning)",
                     float(snap.leak is not None))  # fmt: skip
@@ -196,8 +198,10 @@ def _rank_families(view: JobRanks, labels: dict[str, str]) -> Iterator[Any]:
     stall = GaugeMetricFamily("loadertop_stall_fraction", "share of the loop's time spent waiting in next(loader), "
                               "last interval", labels=names)  # fmt: skip
     workers = GaugeMetricFamily("loadertop_workers", "DataLoader workers of the job", labels=names)
-    slowest = GaugeMetricFamily("loadertop_rank_slowest", "1 on the rank that waits longest for its data (p95)",
+    slowest = GaugeMetricFamily("loadertop_rank_slowest", "1 on the rank that waits longest for its data (mean)",
                                 labels=names)  # fmt: skip
+    mean = GaugeMetricFamily("loadertop_data_wait_mean_seconds", "mean wait for a batch in next(loader), last "
+                             "interval", labels=names, unit="seconds")  # fmt: skip
     wait = Metric("loadertop_data_wait_seconds", WAIT_DOC, "summary", unit="seconds")
     for row in view.ranks:
         if row.ended is not None:
@@ -210,6 +214,8 @@ def _rank_families(view: JobRanks, labels: dict[str, str]) -> Iterator[Any]:
             stall.add_metric(values, row.stall_fraction)
         workers.add_metric(values, float(row.workers))
         slowest.add_metric(values, float(row.slowest))
+        if row.wait_ms_mean is not None:
+            mean.add_metric(values, row.wait_ms_mean / 1000.0)
         for quantile, ms in (("0.95", row.wait_ms_p95), ("0.99", row.wait_ms_p99)):
             if ms is not None:
                 wait.add_sample("loadertop_data_wait_seconds", {**own, "quantile": quantile}, ms / 1000.0)
@@ -217,7 +223,7 @@ def _rank_families(view: JobRanks, labels: dict[str, str]) -> Iterator[Any]:
                               labels=names)  # fmt: skip
     if view.samples_per_s is not None:
         total.add_metric(list({**labels, "rank": "all"}.values()), view.samples_per_s)
-    yield from (rate, stall, wait, workers, slowest, total)
+    yield from (rate, stall, wait, mean, workers, slowest, total)
 
 
 def _seconds(ms: float | None) -> float | None:

@@ -108,6 +108,8 @@ def test_openmetrics_serves_a_series_per_rank_and_marks_the_slowest() -> None:
     assert {labels["rank"]: value for labels, value in families["loadertop_rank_slowest"]} == {"0": 0.0, "1": 1.0}
     ((total_labels, total),) = families["loadertop_job_samples_per_second"]
     assert total == pytest.approx(400.0) and total_labels["rank"] == "all" and total_labels["pid"] == "10"
+    means = {g["rank"]: v for g, v in families["loadertop_data_wait_mean_seconds"]}
+    assert means == {"0": pytest.approx(0.001), "1": pytest.approx(0.020)}
     waits = {(g["rank"], g["quantile"]): v for g, v in families["loadertop_data_wait_seconds"]}
     assert waits[("1", "0.95")] == pytest.approx(0.040) and waits[("0", "0.99")] == pytest.approx(0.002)
     assert {g["rank"] for g, _ in families["loadertop_worker_uss_bytes"]} == {"0"}  # the shown rank's memory
