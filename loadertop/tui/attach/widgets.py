@@ -150,7 +150,7 @@ class RanksPane(Pane[LiveState]):
         view = self.state.last.ranks if self.state.last is not None else None
         if view is None:
             return Content("")
-        lines = [Content.styled("rank     pid samples/s stall  mean   p95   p99 wkr  (wait ms)", "dim")]
+        lines = [Content.styled("rank     pid samples/s stall  mean   p95   p99 wkr", "dim")]  # waits in ms
         for row in view.ranks:
             text = (
                 f"{row.rank:>4} {row.pid:>7} {rate(row.samples_per_s):>9} {pct(row.stall_fraction):>5} "
