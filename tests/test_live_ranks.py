@@ -80,9 +80,11 @@ def test_fold_names_the_rank_with_the_longest_data_wait_and_sums_the_job() -> No
 def test_fold_without_a_wait_names_no_rank_and_an_ended_rank_is_not_slowest() -> None:
     assert fold_ranks(10, [_snap("0", 11, None, None)], {}).slowest_rank is None
     alone = fold_ranks(10, [_snap("0", 11, 5.0, 200.0), _snap("1", 12, None, None)], {})
+    spawned = fold_ranks(10, [_snap("0", 11, 5.0, 200.0), _snap("0", 12, 50.0, 20.0)], {})  # no RANK: both "0"
+    assert [r.pid for r in spawned.ranks] == [11, 12] and [r.slowest for r in spawned.ranks] == [False, True]
     assert alone.slowest_rank is None and alone.pacing.startswith("only rank 0 took steps")
     gone = replace(fold_ranks(10, [_snap("1", 12, 90.0, 10.0)], {}).ranks[0], ended="the job exited")
-    view = fold_ranks(10, [_snap("0", 11, 3.0, 300.0)], {"1": gone})
+    view = fold_ranks(10, [_snap("0", 11, 3.0, 300.0)], {12: gone})
     assert view.slowest_rank is None and view.samples_per_s == pytest.approx(300.0) and len(view.ranks) == 2
 
 

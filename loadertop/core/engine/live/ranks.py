@@ -33,13 +33,14 @@ def _ms(value: float | None) -> str:
     return num(value, 1, " ms")
 
 
-def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[str, RankRow]) -> JobRanks:
+def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[int, RankRow]) -> JobRanks:
     """The ranks' rows (live ones from this interval's snapshots, ended ones as they last were), the job's
     samples/s, and the slowest rank: the longest mean data wait per batch (then p95; a worker start-up wait weighs
     in once, where it would be a rank's whole p95) among the running ranks
-    that measured one (among all of them once every rank ended); none while fewer than two measured one."""
+    that measured one (among all of them once every rank ended); none while fewer than two measured one. Rows are
+    keyed by pid (`ended` too): ranks started without RANK (mp.spawn) all read "0"."""
     rows = {
-        s.rank: RankRow(
+        s.pid: RankRow(
             rank=s.rank,
             pid=s.pid,
             samples_per_s=s.samples_per_s,
@@ -58,8 +59,8 @@ def fold_ranks(launcher_pid: int, snaps: Sequence[LiveSnapshot], ended: dict[str
     measured = [r for r in pool if r.wait_ms_mean is not None]
     slow = max(measured, key=_wait_key) if len(measured) >= 2 else None  # one rank alone is no slower than any
     ordered = tuple(
-        replace(r, slowest=slow is not None and r.rank == slow.rank)
-        for r in sorted(rows.values(), key=lambda r: _rank_key(r.rank))
+        replace(r, slowest=slow is not None and r.pid == slow.pid)
+        for r in sorted(rows.values(), key=lambda r: (_rank_key(r.rank), r.pid))
     )
     rates = [r.samples_per_s for r in pool if r.samples_per_s is not None]
     return JobRanks(
@@ -81,7 +82,7 @@ def _pacing(slow: RankRow | None, measured: list[RankRow]) -> str:
     if slow is None:
         (only,) = measured
         return f"only rank {only.rank} took steps in this interval ({_wait(only)}): no other rank to compare"
-    fast = min((r for r in measured if r.rank != slow.rank), key=_wait_key)
+    fast = min((r for r in measured if r.pid != slow.pid), key=_wait_key)
     return f"rank {slow.rank} waits longest for its data: {_wait(slow)}; the least, rank {fast.rank}: {_wait(fast)}"
 
 
@@ -113,7 +114,7 @@ class RankSessions:
             self.command = f"pid {launcher_pid}"
         self._sessions: dict[int, LiveSession] = {}
         self._seen: set[int] = set()
-        self._ended: dict[str, RankRow] = {}
+        self._ended: dict[int, RankRow] = {}
         self._closed = threading.Event()
         self._lock = threading.Lock()
         self._add(ranks)
@@ -167,7 +168,7 @@ class RankSessions:
         snaps = {pid: session.build() for pid, session in list(self._sessions.items())}
         for pid, snap in snaps.items():
             if snap.ended is not None:
-                self._ended[snap.rank] = fold_ranks(self.pid, [snap], {}).ranks[0]
+                self._ended[pid] = fold_ranks(self.pid, [snap], {}).ranks[0]
                 with self._lock:
                     session = self._sessions.pop(pid)
                 session.close()
