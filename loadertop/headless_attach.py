@@ -14,6 +14,7 @@ from loadertop.core.engine import (
     AttachError,
     JobRun,
     LiveSession,
+    RankSessions,
     find_jobs,
     hold_signals,
     num,
@@ -24,7 +25,7 @@ from loadertop.core.engine import (
     slope,
     start_job,
 )
-from loadertop.core.model.live import LiveSnapshot
+from loadertop.core.model.live import JobRanks, LiveSnapshot
 
 if TYPE_CHECKING:
     from loadertop.openmetrics import MetricsServer
@@ -50,11 +51,28 @@ def snapshot_line(snap: LiveSnapshot) -> str:
     if snap.gpu_util is not None:
         parts.append(f"GPU {percent(snap.gpu_util)}")
     lines = ["  ".join(parts)]
+    if snap.ranks is not None:
+        lines += rank_lines(snap.ranks)
     lines += [f"  note: {note}" for note in snap.notes]
     lines += [f"  warning: {warning}" for warning in snap.warnings]
     if snap.ended is not None:
         lines.append(f"ended: {snap.ended}")
     return "\n".join(lines)
+
+
+def rank_lines(view: JobRanks) -> list[str]:
+    """Every rank of a launcher's job, one line each, then the job's samples/s and the slowest rank (the engine's)."""
+    lines = []
+    for row in view.ranks:
+        mark = "  <- slowest (data wait)" if row.slowest else ""
+        state = f"  ended: {row.ended}" if row.ended else ""
+        lines.append(
+            f"  rank {row.rank:>2}  pid {row.pid}  {rate(row.samples_per_s)} samples/s  stall {pct(row.stall_fraction)}"
+            f"  wait mean {num(row.wait_ms_mean, 1)} p95 {num(row.wait_ms_p95, 1)} p99 {num(row.wait_ms_p99, 1)} ms"
+            f"  {row.workers} workers{state}{mark}"
+        )
+    lines.append(f"  job: {rate(view.samples_per_s)} samples/s over {len(view.ranks)} ranks; {view.pacing}")
+    return lines
 
 
 def list_jobs_text() -> str:
@@ -68,7 +86,9 @@ def list_jobs_text() -> str:
     return "\n".join(rows)
 
 
-def _opening(session: LiveSession) -> str:
+def _opening(session: LiveSession | RankSessions) -> str:
+    if isinstance(session, RankSessions):
+        return f"attached to launcher pid {session.pid}: {' '.join(session.command.split())[:100]} (its ranks, watched)"
     how = "watched (loadertop.watch)" if session.watched else "psutil only (no loadertop.watch)"
     return f"attached to pid {session.pid}: {' '.join(session.command.split())[:100]} ({how})"
 
@@ -145,7 +165,7 @@ def follow_job(
         print(NOTHING_WATCHED, file=sys.stderr, flush=True)
         return
     try:
-        run_attach_headless(found.pid, interval=interval, json_path=json_path, out=out, metrics=metrics)
+        run_attach_headless(job.view_target(found), interval=interval, json_path=json_path, out=out, metrics=metrics)
     except AttachError as error:  # it exited between publishing and attaching
         print(f"loadertop run: {error}", file=sys.stderr, flush=True)
 

@@ -5,6 +5,11 @@ unit (bytes, seconds); prometheus-client writes the text (the `metrics` extra: `
 
 Every metric is labelled job (the job's script or command), pid, hostname and rank (RANK, else LOCAL_RANK, in the
 job's environment). A figure the interval did not measure is left out rather than written as 0.
+
+Attached to a launcher (torchrun's pid), samples/s, stall, the data-wait quantiles and mean and the workers count
+carry one series per rank (its pid and rank), loadertop_rank_slowest is 1 on the rank the engine named slowest by its
+mean data wait, loadertop_job_samples_per_second is the ranks' sum (rank "all", the launcher's pid), and the memory
+figures are the lowest rank's (the one the view shows).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from loadertop.core.model.config import UsageError
-from loadertop.core.model.live import LiveSnapshot
+from loadertop.core.model.live import JobRanks, LiveSnapshot
 
 DEFAULT_HOST = "127.0.0.1"
 MIB = 1024 * 1024  # loadertop's MB is MiB
@@ -119,7 +124,11 @@ class MetricsServer:
 
         with self._lock:
             snap, labels = self._snapshot, dict(self._labels)
-        names, values = list(labels), list(labels.values())
+        names = list(labels)
+        job_labels = dict(labels)
+        if snap is not None and snap.ranks is not None:  # the memory figures are the shown rank's
+            labels = {**labels, "pid": str(snap.pid), "rank": snap.rank}
+        values = list(labels.values())
 
         def gauge(name: str, doc: str, value: float | None, unit: str = "") -> GaugeMetricFamily:
             family = GaugeMetricFamily(name, doc, labels=names, unit=unit)
@@ -131,20 +140,25 @@ class MetricsServer:
                     else float(snap.ended is None))  # fmt: skip
         if snap is None:
             return
-        yield gauge("loadertop_samples_per_second", "samples the training loop took per second, last interval",
-                    snap.samples_per_s)  # fmt: skip
+        if snap.ranks is not None:
+            yield from _rank_families(snap.ranks, job_labels)
+        else:
+            yield gauge("loadertop_samples_per_second", "samples the training loop took per second, last interval",
+                        snap.samples_per_s)  # fmt: skip
         yield gauge("loadertop_batches_per_second", "batches the training loop took per second, last interval",
                     snap.batches_per_s)  # fmt: skip
-        yield gauge("loadertop_stall_fraction", "share of the loop's time spent waiting in next(loader), last interval",
-                    snap.stall_fraction)  # fmt: skip
+        if snap.ranks is None:
+            yield gauge("loadertop_stall_fraction", "share of the loop's time spent waiting in next(loader), last "
+                        "interval", snap.stall_fraction)  # fmt: skip
         yield gauge("loadertop_step_seconds", "mean training step (batch handed out to the next next()), last interval",
                     _seconds(snap.step_ms), "seconds")  # fmt: skip
-        wait = Metric("loadertop_data_wait_seconds", "wait for a batch in next(loader), quantiles over the last "
-                      "interval (1: the longest)", "summary", unit="seconds")  # fmt: skip
-        for quantile, ms in (("0.5", snap.wait_ms_p50), ("0.95", snap.wait_ms_p95), ("1.0", snap.wait_ms_max)):
-            if ms is not None:
-                wait.add_sample("loadertop_data_wait_seconds", {**labels, "quantile": quantile}, ms / 1000.0)
-        yield wait
+        if snap.ranks is None:
+            wait = Metric("loadertop_data_wait_seconds", WAIT_DOC, "summary", unit="seconds")
+            for quantile, ms in (("0.5", snap.wait_ms_p50), ("0.95", snap.wait_ms_p95), ("0.99", snap.wait_ms_p99),
+                                 ("1.0", snap.wait_ms_max)):  # fmt: skip
+                if ms is not None:
+                    wait.add_sample("loadertop_data_wait_seconds", {**labels, "quantile": quantile}, ms / 1000.0)
+            yield wait
         uss = GaugeMetricFamily("loadertop_worker_uss_bytes", "a DataLoader worker's USS (memory only it holds)",
                                 labels=[*names, "worker", "worker_pid"], unit="bytes")  # fmt: skip
         growth = GaugeMetricFamily("loadertop_worker_uss_slope_bytes_per_second", "a worker's USS growth over the "
@@ -158,7 +172,10 @@ class MetricsServer:
                 growth.add_metric(which, worker.uss_slope_mb_per_min * MIB / 60.0)
         yield uss
         yield growth
-        yield gauge("loadertop_workers", "DataLoader workers of the job", float(len(snap.workers)))
+        if snap.ranks is None:
+            yield gauge("loadertop_data_wait_mean_seconds", "mean wait for a batch in next(loader), last interval",
+                        _seconds(snap.wait_ms_mean), "seconds")  # fmt: skip
+            yield gauge("loadertop_workers", "DataLoader workers of the job", float(len(snap.workers)))
         yield gauge("loadertop_leak_warning", "1 while the workers' memory grows steadily (the leak warning)",
                     float(snap.leak is not None))  # fmt: skip
         yield gauge("loadertop_total_pss_bytes", "PSS of the job and its workers", _bytes(snap.total_pss_mb), "bytes")
@@ -166,6 +183,47 @@ class MetricsServer:
                     snap.mem_available_mb * MIB, "bytes")  # fmt: skip
         yield gauge("loadertop_gpu_utilization_ratio", "NVML utilization of the job's GPUs, mean over the interval",
                     None if snap.gpu_util is None else snap.gpu_util / 100.0, "ratio")  # fmt: skip
+
+
+WAIT_DOC = "wait for a batch in next(loader), quantiles over the last interval (1: the longest)"
+
+
+def _rank_families(view: JobRanks, labels: dict[str, str]) -> Iterator[Any]:
+    """The per-rank series of a launcher's job (see the module docstring)."""
+    from prometheus_client.metrics_core import GaugeMetricFamily, Metric
+
+    names = list(labels)
+    rate = GaugeMetricFamily("loadertop_samples_per_second", "samples the training loop took per second, last "
+                             "interval", labels=names)  # fmt: skip
+    stall = GaugeMetricFamily("loadertop_stall_fraction", "share of the loop's time spent waiting in next(loader), "
+                              "last interval", labels=names)  # fmt: skip
+    workers = GaugeMetricFamily("loadertop_workers", "DataLoader workers of the job", labels=names)
+    slowest = GaugeMetricFamily("loadertop_rank_slowest", "1 on the rank that waits longest for its data (mean)",
+                                labels=names)  # fmt: skip
+    mean = GaugeMetricFamily("loadertop_data_wait_mean_seconds", "mean wait for a batch in next(loader), last "
+                             "interval", labels=names, unit="seconds")  # fmt: skip
+    wait = Metric("loadertop_data_wait_seconds", WAIT_DOC, "summary", unit="seconds")
+    for row in view.ranks:
+        if row.ended is not None:
+            continue
+        own = {**labels, "pid": str(row.pid), "rank": row.rank}
+        values = list(own.values())
+        if row.samples_per_s is not None:
+            rate.add_metric(values, row.samples_per_s)
+        if row.stall_fraction is not None:
+            stall.add_metric(values, row.stall_fraction)
+        workers.add_metric(values, float(row.workers))
+        slowest.add_metric(values, float(row.slowest))
+        if row.wait_ms_mean is not None:
+            mean.add_metric(values, row.wait_ms_mean / 1000.0)
+        for quantile, ms in (("0.95", row.wait_ms_p95), ("0.99", row.wait_ms_p99)):
+            if ms is not None:
+                wait.add_sample("loadertop_data_wait_seconds", {**own, "quantile": quantile}, ms / 1000.0)
+    total = GaugeMetricFamily("loadertop_job_samples_per_second", "the job's samples per second: its ranks' summed",
+                              labels=names)  # fmt: skip
+    if view.samples_per_s is not None:
+        total.add_metric(list({**labels, "rank": "all"}.values()), view.samples_per_s)
+    yield from (rate, stall, wait, mean, workers, slowest, total)
 
 
 def _seconds(ms: float | None) -> float | None:

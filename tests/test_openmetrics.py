@@ -150,7 +150,8 @@ def test_a_live_attach_serves_metrics_that_parse(jobs_root: Path) -> None:
     ((_, stall),) = families["loadertop_stall_fraction"]
     assert 0.0 <= stall <= 1.0
     waits = {g["quantile"]: v for g, v in families["loadertop_data_wait_seconds"]}
-    assert set(waits) == {"0.5", "0.95", "1.0"} and 0 <= waits["0.5"] <= waits["0.95"] <= waits["1.0"] < 5
+    assert set(waits) == {"0.5", "0.95", "0.99", "1.0"}
+    assert 0 <= waits["0.5"] <= waits["0.95"] <= waits["0.99"] <= waits["1.0"] < 5
     uss = families["loadertop_worker_uss_bytes"]
     assert sorted(g["worker"] for g, _ in uss) == ["0", "1"] and all(1 * MIB < v < 4096 * MIB for _, v in uss)
     assert families["loadertop_leak_warning"] == [(labels, 0.0)]

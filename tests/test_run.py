@@ -154,7 +154,8 @@ def test_a_spawned_child_is_watched_and_its_workers_never_publish(jobs_root: Pat
     assert done.returncode == 0, done.stderr
     rank = done.stdout.split("RANK ")[1].split()[0]
     assert f"PUBLISHED ['{rank}']" in done.stdout  # the rank alone: neither the parent nor the workers
-    assert f"attached to pid {rank}:" in done.stdout
+    # the job's own pid is the launcher of the rank that published: it is followed under it, as torchrun's ranks are
+    assert "attached to launcher pid " in done.stdout and f"  pid {rank}  " in done.stdout
     snaps = [json.loads(line) for line in live.read_text().splitlines()]
     assert any(s["samples_per_s"] for s in snaps) and any(len(s["workers"]) == 1 for s in snaps)
 
@@ -230,13 +231,15 @@ def test_tune_tunes_the_first_loader_in_place_and_prints_the_line(jobs_root: Pat
     assert "DataLoader(" in line
 
 
-def test_under_torchrun_the_rank_is_watched_not_the_launcher(jobs_root: Path, tmp_path: Path) -> None:
+def test_under_torchrun_the_ranks_are_followed_under_the_launcher(jobs_root: Path, tmp_path: Path) -> None:
     live = tmp_path / "live.jsonl"
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", "0"]
     done = run(["--headless", "--interval", "0.5", "--json", str(live), "--", *launcher, "TRAIN", "1.5", "0", "0"],
                jobs_root, tmp_path)  # fmt: skip
     assert done.returncode == 0, done.stderr
     started = int(done.stderr.split("started pid ")[1].split(":")[0])
-    attached = int(done.stdout.split("attached to pid ")[1].split(":")[0])
-    assert attached != started  # the rank, a child of the launcher
-    assert any(json.loads(line)["samples_per_s"] for line in live.read_text().splitlines())
+    assert f"attached to launcher pid {started}:" in done.stdout  # the job's own pid: its ranks are followed
+    records = [json.loads(line) for line in live.read_text().splitlines()]
+    assert any(r["samples_per_s"] for r in records)
+    rows = [row for r in records for row in r["ranks"]["ranks"]]
+    assert {row["rank"] for row in rows} == {"0"} and all(row["pid"] != started for row in rows)  # the rank, a child

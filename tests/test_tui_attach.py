@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from textual.widgets import OptionList
 from tui_fakes import sync, wait_until
 
 import loadertop.core.engine as engine
+from loadertop.core.engine.live import fold_ranks
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot
@@ -28,7 +30,7 @@ from loadertop.tui.attach.chart import LiveThroughputChart
 from loadertop.tui.attach.demo import DEMO_PID, LEAK, FakeSession, demo_snapshot, demo_stream
 from loadertop.tui.attach.picker import PickerScreen
 from loadertop.tui.attach.state import LiveState
-from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, WorkersPane
+from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
 from loadertop.tui.widgets.help import HelpScreen
 
 pytestmark = pytest.mark.tui
@@ -333,3 +335,32 @@ async def test_ctrl_c_under_run_goes_to_the_job_and_the_snapshots_to_the_sink() 
         assert sent == ["SIGINT"] and app.is_running
         await pilot.press("q")
     assert sunk == [s.t for s in demo_stream(3)]
+
+
+@sync
+async def test_a_launchers_ranks_show_in_their_pane_with_the_slowest_named() -> None:
+    snaps = demo_stream(3)
+    rank0 = replace(snaps[-1], rank="0", wait_ms_p95=2.0, wait_ms_mean=1.0)
+    rank1 = replace(snaps[-1], rank="1", pid=7, wait_ms_p95=40.0, wait_ms_mean=20.0)
+    view = fold_ranks(DEMO_PID, [rank0, rank1], {})
+    session = FakeSession([*snaps[:-1], replace(rank0, ranks=view)])
+    app = app_with(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.count == 3)
+        pane = app.query_one(RanksPane)
+        assert pane.display and "slowest: rank 1" in str(pane.border_title)
+        rows = pane.render().plain.splitlines()
+        assert "←" in next(r for r in rows if r.lstrip().startswith("1 "))
+        assert view.pacing[:30] in pane.render().plain
+        assert "←" not in next(r for r in rows if r.lstrip().startswith("0 "))
+        await pilot.press("q")
+
+
+@sync
+async def test_one_job_has_no_ranks_pane() -> None:
+    session = FakeSession(demo_stream(2))
+    app = app_with(session)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.count == 2)
+        assert not app.query_one(RanksPane).display
+        await pilot.press("q")

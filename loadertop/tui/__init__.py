@@ -133,7 +133,7 @@ def run_job(
         if found is None:
             print(NOTHING_WATCHED, file=err)
         else:
-            run_attach(found.pid, interval=interval, json_path=json_path, err=err, metrics=metrics,
+            run_attach(job.view_target(found), interval=interval, json_path=json_path, err=err, metrics=metrics,
                        interrupt=job.interrupt)  # fmt: skip
             if job.running:
                 print(f"loadertop run: waiting for the job (pid {job.pid}) to end; Ctrl-C reaches it", file=err)

@@ -138,24 +138,25 @@ class _Aggregate:
             self.last_t = t
             return
         span = t - self.last_t if self.last_t is not None else 0.0
-        p50, p95, top = _wait_stats(self.waits)
+        p50, p95, p99, top = _wait_stats(self.waits)
         epoch = max(self.epoch, 0)
         sums = (self.batches, self.samples, self.wait_s, self.step_s)
-        out.append(JobSteps(t, max(0.0, span), loader, epoch, *sums, p50, p95, top, self.dropped))
+        out.append(JobSteps(t, max(0.0, span), loader, epoch, *sums, p50, p95, top, self.dropped, p99))
         self.last_t = t
         self.dropped = 0
         self._reset()
 
 
-def _wait_stats(waits: list[float]) -> tuple[float | None, float | None, float | None]:
+def _wait_stats(waits: list[float]) -> tuple[float | None, float | None, float | None, float | None]:
+    """p50, p95, p99 and the longest wait (ms)."""
     if not waits:
-        return None, None, None
+        return None, None, None, None
     ordered = sorted(waits)
 
     def rank(q: float) -> float:  # nearest rank
         return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] * 1000
 
-    return rank(0.5), rank(0.95), ordered[-1] * 1000
+    return rank(0.5), rank(0.95), rank(0.99), ordered[-1] * 1000
 
 
 # -- reading a loader ----------------------------------------------------------------------------------------------

@@ -22,6 +22,33 @@ class LiveWorker:
 
 
 @dataclass(frozen=True)
+class RankRow:
+    """One rank of a many-rank job (torchrun's ranks under the launcher's pid) over the last interval."""
+
+    rank: str  # RANK (else LOCAL_RANK) in its environment
+    pid: int
+    samples_per_s: float | None
+    stall_fraction: float | None
+    wait_ms_mean: float | None  # the mean wait for a batch: what names the slowest rank
+    wait_ms_p95: float | None
+    wait_ms_p99: float | None
+    workers: int
+    slowest: bool  # the rank that waits longest for its data (see JobRanks.slowest_rank)
+    ended: str | None = None
+
+
+@dataclass(frozen=True)
+class JobRanks:
+    """Every rank of a launcher's job, folded by the engine (engine/live/ranks.py): the faces only show it."""
+
+    launcher_pid: int
+    ranks: tuple[RankRow, ...]  # in rank order
+    samples_per_s: float | None  # the job's: the ranks' samples/s summed
+    slowest_rank: str | None  # the longest mean data wait (then p95); None while fewer than 2 ranks took steps
+    pacing: str  # the sentence that names it, e.g. "rank 1 waits longest for data: p95 41.0 ms vs 2.1 ms …"
+
+
+@dataclass(frozen=True)
 class LiveSnapshot:
     """The job over the last interval. Rates are None when the job does not run `loadertop.watch` (then
     `missing` says so) or took no step in the interval."""
@@ -50,6 +77,10 @@ class LiveSnapshot:
     leak: str | None = None  # the leak warning (also the first of `warnings`), None while no worker grows
     wait_ms_p50: float | None = None  # the wait's median (the worst of the job's reports in the interval)
     wait_ms_max: float | None = None  # the longest wait in the interval
+    wait_ms_p99: float | None = None  # the worst of the job's reports in the interval, as the p95
+    wait_ms_mean: float | None = None  # the mean wait for a batch over the interval
+    rank: str = "0"  # RANK (else LOCAL_RANK) in the job's environment
+    ranks: JobRanks | None = None  # attached to a launcher: every rank (this snapshot is its lowest rank's)
 
     @property
     def worker_uss_mb(self) -> list[float | None]:

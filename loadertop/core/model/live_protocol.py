@@ -58,6 +58,7 @@ class JobSteps:
     wait_ms_p95: float | None
     wait_ms_max: float | None
     dropped: int = 0  # step records lost because the bounded buffer was full
+    wait_ms_p99: float | None = None  # (older jobs do not send it)
 
 
 @dataclass(frozen=True)

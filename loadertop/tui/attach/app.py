@@ -28,7 +28,7 @@ from loadertop.tui import layout
 from loadertop.tui.attach.chart import LiveThroughputChart
 from loadertop.tui.attach.picker import JobLister, PickerScreen
 from loadertop.tui.attach.state import LiveState, SessionInfo
-from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, WorkersPane
+from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
 from loadertop.tui.widgets.help import HelpScreen
 from loadertop.tui.widgets.pane import Pane
 
@@ -39,6 +39,9 @@ PANES_HELP = (
      "the last interval's samples/s, batches/s, stall fraction, step time and p95 wait; how the view ended."),
     ("Throughput", "samples/s over time (left axis), the stall fraction in % (right axis, red), epoch ends (|)."),
     ("GPU", "utilization of the job's GPUs over time with now / avg / max, or why it is unavailable."),
+    ("Ranks", "attached to a launcher (torchrun's pid): each rank's samples/s, stall, data wait (mean, p95, p99; "
+     "ms) and workers, ← on the slowest by its mean data wait; the job's samples/s; the rest of the view is the "
+     "lowest rank's."),
     ("Workers", "each DataLoader worker's USS over time, its slope ± error in MB/min (⚠ with a leak warning), "
      "PSS and CPU; the job's total PSS, the main process and the memory still available."),
     ("Warnings", "leak warnings first (⚠, with the time left to the memory limit and the fix), other warnings, "
@@ -157,6 +160,7 @@ class AttachApp(App[int]):
             "header": AttachHeader(self.state, id="header"),
             "chart": LiveThroughputChart(self.state, id="chart"),
             "gpu": GpuLivePane(self.state, id="gpu"),
+            "ranks": RanksPane(self.state, id="ranks"),
             "workers": WorkersPane(self.state, id="workers"),
             "messages": MessagesPane(self.state, id="messages"),
         }
@@ -165,6 +169,7 @@ class AttachApp(App[int]):
             with Vertical(id="left"):
                 yield self.panes["chart"]
             with Vertical(id="right"):
+                yield self.panes["ranks"]
                 yield self.panes["workers"]
                 yield self.panes["gpu"]
         yield self.panes["messages"]

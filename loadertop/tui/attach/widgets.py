@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from textual.content import Content
 
-from loadertop.core.engine import clock, mb, pct, percent, rate, slope, utilization
+from loadertop.core.engine import clock, mb, num, pct, percent, rate, slope, utilization
 from loadertop.tui import fmt
 from loadertop.tui.attach.state import LiveState, WorkerTrace
 from loadertop.tui.widgets.pane import Pane
@@ -131,6 +131,45 @@ class WorkersPane(Pane[LiveState]):
             extra["cpu"],
             (mark, "bold $warning"),
         )
+
+
+class RanksPane(Pane[LiveState]):
+    """Attached to a launcher (torchrun): each rank's samples/s, stall, data wait (mean, p95, p99) and workers, the
+    job's samples/s and the slowest rank, all as the engine folded them (engine/live/ranks.py). Hidden for one job."""
+
+    DEFAULT_CLASSES = "box"
+
+    def title(self) -> str:
+        view = self.state.last.ranks if self.state.last is not None else None
+        if view is None:
+            return "Ranks"
+        slowest = f" · slowest: rank {view.slowest_rank}" if view.slowest_rank is not None else ""
+        return f"Ranks · job {rate(view.samples_per_s)} samples/s{slowest}"
+
+    def view(self) -> Content:
+        view = self.state.last.ranks if self.state.last is not None else None
+        if view is None:
+            return Content("")
+        lines = [Content.styled("rank     pid samples/s stall  mean   p95   p99 wkr", "dim")]  # waits in ms
+        for row in view.ranks:
+            text = (
+                f"{row.rank:>4} {row.pid:>7} {rate(row.samples_per_s):>9} {pct(row.stall_fraction):>5} "
+                f"{num(row.wait_ms_mean, 1):>5} {num(row.wait_ms_p95, 1):>5} {num(row.wait_ms_p99, 1):>5} "
+                f"{row.workers:>3}"
+            )
+            if row.slowest:
+                lines.append(Content.assemble((text, "bold $warning"), (" ←", "bold $warning")))
+            elif row.ended:
+                lines.append(Content.styled(f"{text}  ended", "dim"))
+            else:
+                lines.append(Content(text))
+        lines.append(Content.styled(view.pacing, "$accent"))
+        return Content("\n").join(lines)
+
+    def update_view(self) -> None:
+        self.display = self.state.last is not None and self.state.last.ranks is not None
+        super().update_view()
+        self.refresh(layout=True)  # the sentence naming the slowest rank wraps
 
 
 class GpuLivePane(Pane[LiveState]):

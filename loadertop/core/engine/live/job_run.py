@@ -102,6 +102,11 @@ class JobRun:
             time.sleep(POLL_S)
         return None
 
+    def view_target(self, found: JobInfo) -> int:
+        """What to attach to once `found` published: itself when it is the job, else the job's own pid (a launcher:
+        torchrun's ranks are all followed under it, engine/live/ranks.py)."""
+        return found.pid if found.pid == self.pid else self.pid
+
     @property
     def running(self) -> bool:
         return self._proc.poll() is None

@@ -10,18 +10,30 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psutil
 
 from loadertop.core.engine.live.client import JobClient
 from loadertop.core.engine.live.snapshot import Interval, MessageFold, gpu_util, job_gpus
-from loadertop.core.engine.live.target import AttachError, Target, dataloader_workers, resolve
+from loadertop.core.engine.live.target import (
+    WORKER_SCAN_S,
+    AttachError,
+    Target,
+    dataloader_workers,
+    launcher_ranks,
+    resolve,
+)
 from loadertop.core.engine.verdict.leak import LeakConfig, LeakDetector
 from loadertop.core.machine.free_memory import free_mb, read_free_mb
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.probes import Probes
 from loadertop.core.model.events import ProbeSample, WorkerSample
+from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
+
+if TYPE_CHECKING:
+    from loadertop.core.engine.live.ranks import RankSessions
 
 PUMP_S = 0.25  # how often the job's messages are folded between snapshots
 NOT_WATCHED = "throughput and stall: the job does not run loadertop.watch(loader)"
@@ -41,6 +53,14 @@ def job_rank(process: psutil.Process) -> str:
     except psutil.Error:
         return "0"
     return env.get("RANK") or env.get("LOCAL_RANK") or "0"
+
+
+def open_one(job: JobInfo, *, interval: float, leak: LeakConfig | None) -> LiveSession | None:
+    """A session on one rank that publishes; None when it exited or cannot be read meanwhile."""
+    try:
+        return LiveSession(Target(pid=job.pid, command=job.command, job=job), interval=interval, leak=leak)
+    except (psutil.Error, OSError, AttachError):
+        return None
 
 
 def _mean(values: list[float]) -> float | None:
@@ -146,6 +166,14 @@ class LiveSession:
         self._update_workers()
         return None
 
+    def pump(self) -> None:
+        """Between snapshots: fold what the job said so far (engine/live/ranks.py drives many sessions so)."""
+        self._pump()
+
+    def build(self) -> LiveSnapshot:
+        """The snapshot of the interval since the last one, now (for a caller that keeps its own time)."""
+        return self._build()
+
     def _pump(self) -> None:
         """Fold what the job said so far into the interval, and follow its workers."""
         if self._client is not None and self._fold is not None:
@@ -177,7 +205,7 @@ class LiveSession:
         last = samples[-1] if samples else None
         available = read_free_mb() if last is None else free_mb(last.mem_available_mb, last.cgroup_mem_headroom_mb)
         samples_per_s, batches_per_s, stall, wait_p95, step_ms = interval.rates(seconds)
-        wait_p50, wait_max = interval.wait_tails()
+        wait_p50, wait_p99, wait_max = interval.wait_tails()
         gpus, gpu_why = job_gpus(self._gpu, {self.pid, *self._workers})
         leak = self._leak.warning(available)
         warnings = [leak] if leak else []
@@ -210,9 +238,12 @@ class LiveSession:
             leak=leak,
             wait_ms_p50=wait_p50,
             wait_ms_max=wait_max,
+            wait_ms_p99=wait_p99,
+            wait_ms_mean=interval.wait_mean_ms(),
             missing=tuple(missing),
             notes=tuple(interval.notes),
             ended=ended,
+            rank=self.rank,
         )
 
     def _live_workers(self, samples: list[ProbeSample]) -> tuple[LiveWorker, ...]:
@@ -262,11 +293,18 @@ class LiveSession:
 
 def open_session(
     target: int | str | None, *, interval: float = 2.0, leak: LeakConfig | None = None, scan_s: float | None = None
-) -> LiveSession:
-    """Check the target and start watching it. AttachError (one line) when it cannot be watched."""
+) -> LiveSession | RankSessions:
+    """Check the target and start watching it: one job, or every rank under a launcher's pid (RankSessions, whose
+    snapshots carry `ranks`). AttachError (one line) when it cannot be watched."""
     if not interval > 0:
         raise AttachError(f"--interval {interval}: must be more than 0 seconds")
-    checked = resolve(target) if scan_s is None else resolve(target, scan_s)
+    scan = WORKER_SCAN_S if scan_s is None else scan_s
+    ranks = launcher_ranks(target, scan)
+    if ranks is not None:
+        from loadertop.core.engine.live.ranks import RankSessions  # it builds on this module
+
+        return RankSessions(int(str(target)), ranks, interval=interval, leak=leak)
+    checked = resolve(target, 0.0 if isinstance(target, int) or str(target).strip().isdigit() else scan)
     try:
         return LiveSession(checked, interval=interval, leak=leak)
     except psutil.NoSuchProcess:

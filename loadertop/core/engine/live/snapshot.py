@@ -33,14 +33,20 @@ class Interval:
     wait_p95_ms: list[float] = field(default_factory=list)
     wait_p50_ms: list[float] = field(default_factory=list)
     wait_max_ms: list[float] = field(default_factory=list)
+    wait_p99_ms: list[float] = field(default_factory=list)
     dropped: int = 0
     epoch_ends: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def wait_tails(self) -> tuple[float | None, float | None]:
-        """The wait's median (the worst span's, as the p95) and its maximum (ms) over the interval."""
+    def wait_tails(self) -> tuple[float | None, float | None, float | None]:
+        """The wait's median and p99 (the worst span's, as the p95) and its maximum (ms) over the interval."""
         p50 = max(self.wait_p50_ms) if self.wait_p50_ms else None
-        return p50, max(self.wait_max_ms) if self.wait_max_ms else None
+        p99 = max(self.wait_p99_ms) if self.wait_p99_ms else None
+        return p50, p99, max(self.wait_max_ms) if self.wait_max_ms else None
+
+    def wait_mean_ms(self) -> float | None:
+        """The mean wait for a batch (ms) over the interval: a start-up wait weighs in once, not as the p95."""
+        return self.wait_s / self.batches * 1000.0 if self.batches else None
 
     def rates(self, seconds: float) -> tuple[float | None, float | None, float | None, float | None, float | None]:
         """samples/s, batches/s, stall fraction, wait p95 (ms), mean step (ms); None without a step."""
@@ -105,6 +111,8 @@ class MessageFold:
                         interval.wait_p95_ms.append(message.wait_ms_p95)
                     if message.wait_ms_p50 is not None:
                         interval.wait_p50_ms.append(message.wait_ms_p50)
+                    if message.wait_ms_p99 is not None:
+                        interval.wait_p99_ms.append(message.wait_ms_p99)
                     if message.wait_ms_max is not None:
                         interval.wait_max_ms.append(message.wait_ms_max)
             elif isinstance(message, JobEpoch):

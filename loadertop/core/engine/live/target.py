@@ -186,3 +186,49 @@ def _unwatched(process: psutil.Process, scan_s: float) -> Target:
             )
         time.sleep(0.2)
     return Target(pid=process.pid, command=command, job=None)
+
+
+def publishing_descendants(pid: int) -> list[JobInfo]:
+    """The jobs among `pid`'s descendants that publish (torchrun's ranks under the launcher), in pid order."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    found = []
+    for child in sorted(children, key=lambda c: c.pid):
+        job = read_job(job_dir(child.pid))
+        if job is not None and job.pid == child.pid and _alive(child):
+            found.append(job)
+    return found
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def launcher_ranks(target: int | str | None, scan_s: float = WORKER_SCAN_S) -> list[JobInfo] | None:
+    """When `target` is the pid of a launcher (a process that does not publish, with descendants that do: torchrun
+    and its ranks), the ranks publishing so far, waited for during `scan_s`; None for any other target (a job that
+    publishes itself, a job folder, a process with DataLoader workers of its own), which `resolve` checks."""
+    if target is None or (isinstance(target, str) and not target.strip().isdigit()):
+        return None
+    pid = int(target)
+    process = _process(pid)
+    own = read_job(job_dir(pid))
+    if own is not None and own.pid == pid:
+        return None
+    deadline = time.monotonic() + scan_s
+    while True:
+        with contextlib.suppress(psutil.Error):
+            if not process.children():
+                return None  # no descendant to wait for: `resolve` says what the process is
+        ranks = publishing_descendants(pid)
+        if ranks:
+            check_readable(_process(ranks[0].pid))
+            return ranks
+        if dataloader_workers(process) or time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
