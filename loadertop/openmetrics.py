@@ -159,19 +159,7 @@ class MetricsServer:
                 if ms is not None:
                     wait.add_sample("loadertop_data_wait_seconds", {**labels, "quantile": quantile}, ms / 1000.0)
             yield wait
-        uss = GaugeMetricFamily("loadertop_worker_uss_bytes", "a DataLoader worker's USS (memory only it holds)",
-                                labels=[*names, "worker", "worker_pid"], unit="bytes")  # fmt: skip
-        growth = GaugeMetricFamily("loadertop_worker_uss_slope_bytes_per_second", "a worker's USS growth over the "
-                                   "leak window (least squares)", labels=[*names, "worker", "worker_pid"],
-                                   unit="bytes_per_second")  # fmt: skip
-        for index, worker in enumerate(snap.workers):
-            which = [*values, str(index), str(worker.pid)]
-            if worker.uss_mb is not None:
-                uss.add_metric(which, worker.uss_mb * MIB)
-            if worker.uss_slope_mb_per_min is not None:
-                growth.add_metric(which, worker.uss_slope_mb_per_min * MIB / 60.0)
-        yield uss
-        yield growth
+        yield from _worker_families(snap, names, values)
         if snap.ranks is None:
             yield gauge("loadertop_data_wait_mean_seconds", "mean wait for a batch in next(loader), last interval",
                         _seconds(snap.wait_ms_mean), "seconds")  # fmt: skip
@@ -186,6 +174,25 @@ class MetricsServer:
 
 
 WAIT_DOC = "wait for a batch in next(loader), quantiles over the last interval (1: the longest)"
+
+
+def _worker_families(snap: LiveSnapshot, names: list[str], values: list[str]) -> Iterator[Any]:
+    """Each worker's USS and its growth, labelled with the worker's index and pid."""
+    from prometheus_client.metrics_core import GaugeMetricFamily
+
+    uss = GaugeMetricFamily("loadertop_worker_uss_bytes", "a DataLoader worker's USS (memory only it holds)",
+                            labels=[*names, "worker", "worker_pid"], unit="bytes")  # fmt: skip
+    growth = GaugeMetricFamily("loadertop_worker_uss_slope_bytes_per_second", "a worker's USS growth over the "
+                               "leak window (least squares)", labels=[*names, "worker", "worker_pid"],
+                               unit="bytes_per_second")  # fmt: skip
+    for index, worker in enumerate(snap.workers):
+        which = [*values, str(index), str(worker.pid)]
+        if worker.uss_mb is not None:
+            uss.add_metric(which, worker.uss_mb * MIB)
+        if worker.uss_slope_mb_per_min is not None:
+            growth.add_metric(which, worker.uss_slope_mb_per_min * MIB / 60.0)
+    yield uss
+    yield growth
 
 
 def _rank_families(view: JobRanks, labels: dict[str, str]) -> Iterator[Any]:
