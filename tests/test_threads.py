@@ -17,7 +17,8 @@ from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult
 
 DATA = Path(__file__).parent / "data"
-FAST = dict(trial_seconds=1.0, block_seconds=0.1, interval=0.2, search="grid")
+# 2 s: a 128-batch first epoch on a busy 2-core machine can outlast a 1 s trial, leaving no clean block (CI, once)
+FAST = dict(trial_seconds=2.0, block_seconds=0.1, interval=0.2, search="grid")
 
 
 def test_a_worker_threads_sweep_sets_each_workers_threads_and_reports_the_main_process(
