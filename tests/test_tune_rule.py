@@ -117,3 +117,32 @@ def test_short_epochs_are_measured_whole_after_the_switch_epoch() -> None:
     assert meter.batches == 1 and meter.measured_s == pytest.approx(0.51)
     meter.opened(buffer=20, remaining=46)  # the next boundary keeps what the whole epochs measured
     assert meter.batches == 1 and meter.skip == 0
+
+
+# The previous stop's `run --tune` trace on 2 CPUs: flat from 2 workers, 2 and 8 measured again, the runs agreeing
+# within 2% while each run's blocks spread ±10%.
+FLAT_RUNS = ((0, 560), (1, 830), (2, 1296), (4, 1285), (8, 1316), (2, 1337), (8, 1306), (2, 1289))
+
+
+def _flat_tuner(spread: float) -> Tuner:
+    tuner = Tuner(tune_settings(USER, machine(), None, 0.05, cuda=False), machine())
+    for w, sps in FLAT_RUNS:
+        tuner.feed(result(w, sps, spread), None)
+    return tuner
+
+
+def test_repeats_that_agree_keep_the_fewest_workers_whatever_each_runs_block_spread() -> None:
+    # 2 workers: 1296, 1337, 1289 (mean 1307); 8 workers: 1316, 1306 (mean 1311). Taking each run's ±10% block
+    # spread as the noise of its mean made no fewer count "surely within the band": 8 was kept over 2.
+    choice = _flat_tuner(0.10).choice(USER)
+    assert choice.config.num_workers == 2, choice.reason
+    assert "2 is the cheapest" in choice.reason
+
+
+def test_the_fastest_kept_over_fewer_within_noise_does_not_say_no_fewer_were_within() -> None:
+    # At ±20% a block (6 blocks a run) the means are still too uncertain: the doubt goes to the faster 8, and its
+    # reason says that fewer are within noise instead of "no fewer within".
+    choice = _flat_tuner(0.20).choice(USER)
+    assert choice.config.num_workers == 8
+    assert "no fewer within" not in choice.reason
+    assert "fewer within noise, none surely within 5%" in choice.reason

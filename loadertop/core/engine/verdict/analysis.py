@@ -244,7 +244,8 @@ def _recommendation_reason(
     if nw == 0:
         return _zero_workers_reason(rec, ok, band, tail, who)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
-        return _still_rising_reason(rec, band, machine, *end)
+        fewer_within = any(t.config.num_workers < nw and noise.within(t, rec) for t in curve)
+        return _still_rising_reason(rec, band, machine, fewer_within, *end)
     epoch = epoch_bound(rec)  # what bounds its row in the table comes first there, so here too
     return f"{epoch}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
 
@@ -289,10 +290,16 @@ def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], band: float, t
 
 
 def _still_rising_reason(
-    rec: TrialResult, band: float, machine: MachineInfo, stop: SearchStep | None = None, top: int | None = None
+    rec: TrialResult,
+    band: float,
+    machine: MachineInfo,
+    fewer_within: bool,
+    stop: SearchStep | None = None,
+    top: int | None = None,
 ) -> str:
     """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
-    the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py)."""
+    the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py).
+    `fewer_within`: fewer workers are within noise of it, but not surely within the band (band.Noise.surely_within)."""
     bound = bound_of(rec, machine)  # the one label rule; rising while CPU-saturated is the loader's limit still
     if epoch := epoch_bound(rec):  # its row's words
         kind = epoch
@@ -302,7 +309,8 @@ def _still_rising_reason(
         kind = bound_phrase(rec, machine)  # the table's words, contended or not
     else:
         kind = "loader-bound"
-    n, within = rec.config.num_workers, f"no fewer within {pct(band)}"
+    n = rec.config.num_workers
+    within = f"fewer within noise, none surely within {pct(band)}" if fewer_within else f"no fewer within {pct(band)}"
     if top is None or n >= top:  # the top of the range measured and fastest: only then is the range too narrow
         rising = f"throughput still rising at {workers(n)} (the largest tried; {within})"
         return f"{kind}: {rising}; try a wider --workers range"

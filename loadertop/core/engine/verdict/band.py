@@ -24,6 +24,9 @@ MEMORY_SLACK_MB = 16.0
 # In the simulation (benchmarks/SIM.md) it lifts the accuracy's p10 from 0.946 to 0.954-0.966 over three sets of
 # 360 seeded cases, at the same cost; the equivalence set ("within noise of the best") is unchanged.
 SURE = 1.0
+# Runs measured more than once, counting each extra run, before their disagreement is the noise of a run's mean.
+TRUSTED_DOF = 2
+IQR_PER_SIGMA = 1.35  # a run's spread is its blocks' IQR / median: 1.35 σ for normal noise
 
 
 def noise_band(tolerance: float, *trials: TrialResult) -> float:
@@ -54,6 +57,7 @@ class Noise:
     own: Mapping[TrialConfig, float]
     between: float | None  # None when nothing was measured twice
     dof: int = 0  # the degrees of freedom behind `between`
+    own_se: Mapping[TrialConfig, float] = dataclasses.field(default_factory=dict)  # steadiest run's mean: its SE
 
     @classmethod
     def of(cls, trials: Sequence[TrialResult], tolerance: float) -> Noise:
@@ -73,11 +77,18 @@ class Noise:
             {c: min((t.spread or 0.0) for t in runs) for c, runs in groups.items()},
             math.sqrt(squares / dof) if dof else None,
             dof,
+            {c: min(_mean_se(t) for t in runs) for c, runs in groups.items()},
         )
 
     def level(self, *trials: TrialResult) -> float:
-        """The noise of one run of these configurations: the widest own spread, or the run-to-run disagreement
-        where that is larger."""
+        """The noise of one run's mean throughput for these configurations. Once repeats have measured it
+        (TRUSTED_DOF), it is their run-to-run disagreement, or a run's own standard error where that is larger.
+        Before, a run's block spread stands in for it: wider than the noise of a mean over many blocks, but
+        nothing else says how far two runs of one configuration can differ. Kept after the repeats, that proxy
+        made every configuration but the fastest-read one "perhaps behind by more", so a flat curve's pick went
+        to whichever repeat read highest, most often the most workers (issue 18)."""
+        if self.between is not None and self.dof >= TRUSTED_DOF:
+            return max(self.between, *(self.own_se.get(t.config, _mean_se(t)) for t in trials))
         own = (self.own.get(t.config, t.spread or 0.0) for t in trials)
         return max(self.between or 0.0, *own)
 
@@ -108,6 +119,11 @@ class Noise:
         if self.count(t) == 1 and self.count(ref) == 1:
             return self.within(t, ref)
         return sps(t) >= sps(ref) * (1.0 - self.band(t, ref) + SURE * self.stderr(t, ref))
+
+
+def _mean_se(t: TrialResult) -> float:
+    """The standard error of one run's mean throughput from its own blocks."""
+    return (t.spread or 0.0) / IQR_PER_SIGMA / math.sqrt(max(1, t.blocks))
 
 
 def choose(trials: Sequence[TrialResult], tolerance: float) -> tuple[TrialResult, TrialResult] | None:
