@@ -24,6 +24,7 @@ from loadertop.core.job.publisher import enabled, publisher
 from loadertop.core.job.resume import start_up_buffer
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Tuner
+from loadertop.core.job.watch import StepRecorder
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.jobs import TUNE_FILE
 from loadertop.core.model.live_protocol import TuneChose, TuneStep, decode
@@ -115,6 +116,32 @@ def test_shuffled_epochs_see_every_index_once_across_switches() -> None:
     assert_switched_and_kept(tuned, epochs)
     # The snippet is the user's loader with what tune changed: shuffling and their generator stay.
     assert tuned.snippet.startswith("DataLoader(dataset, batch_size=6, shuffle=True, generator=Generator(...)")
+    assert no_children() == []
+
+
+def test_a_loop_that_stops_at_the_length_ends_whole_epochs_while_tuning_and_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Lightning's fetcher (and zip with a range) never asks past len(loader): `run --tune` said of every epoch
+    # "ended (the loop left it early)". Every batch handed out is a whole epoch, as watch() counts it.
+    ended: list[tuple[int, bool]] = []
+    real = StepRecorder.epoch_ended
+
+    def spy(self: StepRecorder, epoch: int, batches: int, seconds: float, first: float | None, complete: bool) -> None:
+        ended.append((batches, complete))
+        real(self, epoch, batches, seconds, first, complete)
+
+    monkeypatch.setattr(StepRecorder, "epoch_ended", spy)
+    loader = DataLoader(Indexed(300), batch_size=6)
+    tuned = loadertop.tune(loader, budget_s=BUDGET_S, max_workers=2)
+    for _ in range(80):
+        settled = tuned.choice is not None
+        for _, _batch in zip(range(len(loader)), tuned, strict=False):  # stops at the length
+            time.sleep(STEP_S)
+        if settled:  # one epoch on the choice, after the tuning ones
+            break
+    assert tuned.choice is not None and len(ended) >= 2
+    assert ended == [(len(loader), True)] * len(ended)
     assert no_children() == []
 
 

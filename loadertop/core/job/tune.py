@@ -32,7 +32,7 @@ from loadertop.core.job.resume import (
 )
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, step_message, tune_settings
-from loadertop.core.job.watch import StepRecorder, plain_iter, watch, worker_pids
+from loadertop.core.job.watch import StepRecorder, batches_in, plain_iter, watch, worker_pids
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobWorkers, TuneChose, TuneStep
 
@@ -142,6 +142,9 @@ class Tuned:
             complete = pos >= len(batches)
         finally:
             shutdown(it)
+            # Every batch handed out is a whole epoch, though the loop never asked past the last (Lightning's data
+            # fetcher stops at the length, and so does zip() with a range): as watch() counts it.
+            complete = complete or pos >= len(batches)
             seconds = time.perf_counter() - began
             if self._state == "tuning":
                 self.tuning_s += seconds
@@ -243,6 +246,7 @@ class Tuned:
         finally:
             if not getattr(loader, "persistent_workers", False):  # persistent ones live on, as the user asked
                 shutdown(it)
+            complete = complete or batches == batches_in(loader)  # every batch handed out: a whole epoch
             self._guard(self._ended, epoch, batches, time.perf_counter() - began, first, complete)
 
     def _loader_now(self) -> Any:
@@ -350,3 +354,4 @@ def _cuda() -> bool:
         return bool(torch.cuda.is_available())
     except Exception:
         return False
+

@@ -294,7 +294,8 @@ def watch(loader: Any) -> Watched:
     return Watched(loader)
 
 
-def _batches_in(loader: Any) -> int:
+def batches_in(loader: Any) -> int:
+    """The loader's batches per epoch; -1 when it has no length."""
     try:
         return len(loader)
     except Exception:  # an IterableDataset without a length
@@ -349,7 +350,7 @@ def watched_epoch(loader: Any, rec: StepRecorder, state: _LoaderState) -> Iterat
     rec.epoch_started(epoch, worker_pids(it), loader_config(loader))
     fixed = getattr(loader, "batch_size", None)
     fixed = fixed if isinstance(fixed, int) and fixed > 0 else None
-    last = _batches_in(loader) - 1  # the last batch may be short: its samples are counted, not assumed
+    last = batches_in(loader) - 1  # the last batch may be short: its samples are counted, not assumed
     append = rec._append  # the hot path: what rec.step() does, without a call (records carry epoch and index)
     batches, first, complete, in_step = 0, None, False, False
     wait = t_ready = 0.0
