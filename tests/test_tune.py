@@ -123,7 +123,8 @@ def test_a_loop_that_stops_at_the_length_ends_whole_epochs_while_tuning_and_afte
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Lightning's fetcher (and zip with a range) never asks past len(loader): `run --tune` said of every epoch
-    # "ended (the loop left it early)". Every batch handed out is a whole epoch, as watch() counts it.
+    # "ended (the loop left it early)" and counted its last batch dropped. Every batch handed out is a whole epoch,
+    # and the step the loop left in counts, as watch() counts them.
     ended: list[tuple[int, bool]] = []
     real = StepRecorder.epoch_ended
 
@@ -131,7 +132,15 @@ def test_a_loop_that_stops_at_the_length_ends_whole_epochs_while_tuning_and_afte
         ended.append((batches, complete))
         real(self, epoch, batches, seconds, first, complete)
 
+    steps: list[int] = []
+    real_step = StepRecorder.step
+
+    def step_spy(self: StepRecorder, wait_s: float, step_s: float, samples: int) -> None:
+        steps.append(samples)
+        real_step(self, wait_s, step_s, samples)
+
     monkeypatch.setattr(StepRecorder, "epoch_ended", spy)
+    monkeypatch.setattr(StepRecorder, "step", step_spy)
     loader = DataLoader(Indexed(300), batch_size=6)
     tuned = loadertop.tune(loader, budget_s=BUDGET_S, max_workers=2)
     for _ in range(80):
@@ -142,6 +151,9 @@ def test_a_loop_that_stops_at_the_length_ends_whole_epochs_while_tuning_and_afte
             break
     assert tuned.choice is not None and len(ended) >= 2
     assert ended == [(len(loader), True)] * len(ended)
+    # every sample, the last step of each epoch too (none reported dropped), and on the chosen loader, whose
+    # batch_size is None (the user's batch sampler), its batches counted as 6 samples, not 1
+    assert sum(steps) == 300 * len(ended)
     assert no_children() == []
 
 

@@ -32,7 +32,7 @@ from loadertop.core.job.resume import (
 )
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, step_message, tune_settings
-from loadertop.core.job.watch import StepRecorder, batches_in, plain_iter, watch, worker_pids
+from loadertop.core.job.watch import StepRecorder, batches_in, plain_iter, samples_in, watch, worker_pids
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobWorkers, TuneChose, TuneStep
 
@@ -122,6 +122,7 @@ class Tuned:
         pos, it, config, opened = 0, None, None, began
         first_batch: float | None = None
         complete = False
+        step: tuple[float, float, int] | None = None  # the step the loop is in: (asked, got, samples)
         self._switch_t = began
         try:
             while pos < len(batches):
@@ -135,12 +136,15 @@ class Tuned:
                 got = time.perf_counter()
                 first_batch = first_batch if first_batch is not None else got - began
                 n, pos = len(batches[pos]), pos + 1
+                step = (t0, got, n)
                 yield batch
+                step = None
                 if self._after_step(t0, got, n, opened, config):
                     shutdown(it)
                     it = None
             complete = pos >= len(batches)
         finally:
+            self._guard(self._left_in_step, step)
             shutdown(it)
             # Every batch handed out is a whole epoch, though the loop never asked past the last (Lightning's data
             # fetcher stops at the length, and so does zip() with a range): as watch() counts it.
@@ -229,7 +233,9 @@ class Tuned:
         it = plain_iter(loader)
         self._guard(self._announce, epoch, it, self.choice, True)
         batches, first, complete = 0, None, False
-        size = getattr(loader, "batch_size", None) or 1
+        # The chosen loader has the user's batch sampler (batch_size None): its batch size, or count the last batch
+        size, last = _batch_size(loader), batches_in(loader) - 1
+        step: tuple[float, float, int] | None = None  # the step the loop is in: (asked, got, samples)
         try:
             while True:
                 t0 = time.perf_counter()
@@ -240,10 +246,14 @@ class Tuned:
                     break
                 got = time.perf_counter()
                 first = first if first is not None else got - began
+                n = size if size and batches != last else samples_in(batch)
                 batches += 1
+                step = (t0, got, n)
                 yield batch
-                self._after_step(t0, got, size, began, None)
+                step = None
+                self._after_step(t0, got, n, began, None)
         finally:
+            self._guard(self._left_in_step, step)
             if not getattr(loader, "persistent_workers", False):  # persistent ones live on, as the user asked
                 shutdown(it)
             complete = complete or batches == batches_in(loader)  # every batch handed out: a whole epoch
@@ -319,6 +329,13 @@ class Tuned:
         elif self._pub is not None:  # a switch inside the epoch: its new workers
             self._pub.send(JobWorkers(t=self._pub.now(), loader=self._loader_id, pids=pids, config=config))
 
+    def _left_in_step(self, step: tuple[float, float, int] | None) -> None:
+        """The loop left during a step (a break, an exception in it, or no next() after the last batch, as
+        Lightning's fetcher does): that step counts, as in watch(), and no batch is reported dropped."""
+        if step is not None and self._recorder is not None:
+            t0, got, n = step
+            self._recorder.step(got - t0, time.perf_counter() - got, n)
+
     def _ended(self, epoch: int, batches: int, seconds: float, first: float | None, complete: bool) -> None:
         if self._recorder is not None:
             self._recorder.epoch_ended(epoch, batches, seconds, first, complete)
@@ -355,3 +372,8 @@ def _cuda() -> bool:
     except Exception:
         return False
 
+
+def _batch_size(loader: Any) -> int | None:
+    """The loader's fixed batch size, its batch sampler's where it has one (None: count each batch)."""
+    size = getattr(loader, "batch_size", None) or getattr(getattr(loader, "batch_sampler", None), "batch_size", None)
+    return size if isinstance(size, int) and size > 0 else None
