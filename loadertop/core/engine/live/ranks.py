@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import psutil
 
-from loadertop.core.engine.live.session import PUMP_S, LiveSession, open_one
+from loadertop.core.engine.live.session import LiveSession, open_one, paced
 from loadertop.core.engine.live.target import AttachError, command_of, publishing_descendants
 from loadertop.core.engine.verdict.leak import LeakConfig
 from loadertop.core.engine.wording import num, pct
@@ -147,22 +147,11 @@ class RankSessions:
     def snapshots(self) -> Iterator[LiveSnapshot]:
         """One snapshot per interval (blocking): the lowest live rank's, with `ranks` set; the last one has `ended`
         set (every rank ended). Returns early after close()."""
-        next_t = self.interval
-        while not self._closed.wait(max(0.0, min(PUMP_S, next_t - self._now()))):
-            if self._now() < next_t:
-                for session in list(self._sessions.values()):
-                    session.pump()
-                continue
-            next_t += self.interval
-            if next_t < self._now():
-                next_t = self._now() + self.interval
-            snapshot = self._build()
-            if self._closed.is_set():
-                return
-            yield snapshot
-            if snapshot.ended is not None:
-                self.close()
-                return
+        return paced(self.interval, self._closed, self._now, self._pump, self._build, self.close)
+
+    def _pump(self) -> None:
+        for session in list(self._sessions.values()):
+            session.pump()
 
     def _build(self) -> LiveSnapshot:
         snaps = {pid: session.build() for pid, session in list(self._sessions.items())}

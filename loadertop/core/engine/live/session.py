@@ -67,6 +67,33 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def paced(
+    interval: float,
+    closed: threading.Event,
+    now: Callable[[], float],
+    pump: Callable[[], None],
+    build: Callable[[], LiveSnapshot],
+    close: Callable[[], None],
+) -> Iterator[LiveSnapshot]:
+    """One snapshot per interval (blocking), `pump` every PUMP_S between them; the last one has `ended` set, and
+    `close` follows it. Returns early once `closed` is set. Shared by one job's session and a launcher's ranks."""
+    next_t = interval
+    while not closed.wait(max(0.0, min(PUMP_S, next_t - now()))):
+        if now() < next_t:
+            pump()
+            continue
+        next_t += interval
+        if next_t < now():  # the caller was slow: skip ahead, never yield a burst
+            next_t = now() + interval
+        snapshot = build()
+        if closed.is_set():
+            return
+        yield snapshot
+        if snapshot.ended is not None:
+            close()
+            return
+
+
 class LiveSession:
     """See the module docstring. `pid`, `command` and `watched` describe the job."""
 
@@ -138,21 +165,8 @@ class LiveSession:
 
     def snapshots(self) -> Iterator[LiveSnapshot]:
         """One LiveSnapshot per interval (blocking); the last one has `ended` set. Returns early after close()."""
-        next_t = self.interval
-        while not self._closed.wait(max(0.0, min(PUMP_S, next_t - self._now()))):
-            if self._now() < next_t:
-                self._pump()  # new workers reach the probes within PUMP_S, not at the interval's end
-                continue
-            next_t += self.interval
-            if next_t < self._now():  # the caller was slow: skip ahead, never yield a burst
-                next_t = self._now() + self.interval
-            snapshot = self._build()
-            if self._closed.is_set():
-                return
-            yield snapshot
-            if snapshot.ended is not None:
-                self.close()
-                return
+        # new workers reach the probes within PUMP_S, not at the interval's end
+        return paced(self.interval, self._closed, self._now, self._pump, self._build, self.close)
 
     def _ended(self) -> str | None:
         if not _alive(self.pid):
