@@ -255,7 +255,7 @@ class MeasuredLoop:
         whole_epochs = align = bool(self.crossings)
         opening = not align  # the next block opens the window (the probes' CPU and memory figures)
         tally = _Tally()
-        stable = decided = False
+        stable = decided = overtime = False
         while True:
             if opening:
                 emit(Measuring())
@@ -277,7 +277,15 @@ class MeasuredLoop:
                     decided = True
                     break
             if time.perf_counter() >= self.deadline:
-                break
+                if tally.rates or not whole_epochs or overtime:
+                    break
+                # The first epoch took the trial's time: one whole epoch more (a first whole-epoch block is never
+                # cut), rather than a trial with nothing measured.
+                overtime = True
+                self.warnings.append(
+                    f"the first epoch took the whole --trial-seconds {self.settings.trial_seconds:g}: one more "
+                    "epoch was measured past it (a longer --trial-seconds measures more than one)"
+                )
         idle = idle_warning(self.loader, self.batches)
         if idle:
             self.warnings.append(idle)
