@@ -6,6 +6,7 @@ It consumes the same event stream as the TUI, so scripts and CI see exactly what
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -91,6 +92,9 @@ def nodes_table(report: Report) -> Table | None:
     return table
 
 
+_PADDING = re.compile(r"[ \t]+\n")
+
+
 class Terminal:
     """A text stream that goes quiet instead of raising once its terminal or pipe is gone.
 
@@ -101,11 +105,13 @@ class Terminal:
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self.gone = False
+        # rich pads a line to the width (a centred title, a wrapped paragraph); a file or a pipe gets it without
+        self._tidy = not self.isatty()
 
     def write(self, text: str) -> int:
         if not self.gone:
             try:
-                return self._stream.write(text)
+                return self._stream.write(_PADDING.sub("\n", text) if self._tidy else text)
             except (OSError, ValueError):
                 self.hang_up()
         return len(text)

@@ -220,6 +220,8 @@ def test_headless_table() -> None:
     names = by_runs(build_report(RESULT, PREVIOUS))
     assert_same("headless", rows, [names[r["runs"]] for r in rows])
     assert [r["uss"] for r in rows if r["workers"] == "0"] == [NONE]  # not measured: the engine's glyph
+    padded = [line for line in out.getvalue().splitlines() if line != line.rstrip()]
+    assert not padded, padded  # a file or a pipe gets no width padding (rich pads titles and wrapped paragraphs)
 
 
 @pytest.mark.unit
