@@ -1,0 +1,172 @@
+"""The pre-flight checks, worded with their numbers: /dev/shm against the batches in flight and the dataset's pickle
+(before the first trial, from the runner's check: trial/preflight.py), and the time to first batch at the top worker
+count forecast from the first rungs, then checked against the measurement.
+
+Each is a PreflightCheck: "warning" when the sweep is likely to hurt or mislead (--strict turns the checks before the
+first trial into an error), "info" otherwise.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from loadertop.core.engine.wording import mb, seconds
+from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.protocol import Checked
+from loadertop.core.model.results import PreflightCheck, TrialResult
+
+MB = 1024 * 1024
+# The parent pickles the dataset once per spawn/forkserver worker, one after another, before the first batch: above
+# this many seconds at the top worker count, the start-up is worth a warning.
+SLOW_PICKLE_S = 2.0
+FIT_MIN_COUNTS = 2  # worker counts (of 1 or more) a forecast of the first batch needs
+WITHIN = 0.20  # a forecast within ±20% of the measured first batch holds
+
+
+def before_trials(
+    free_mb: float | None, checked: Checked, settings: Settings, planned: Sequence[TrialConfig]
+) -> tuple[PreflightCheck, ...]:
+    """The checks the runner's figures allow before the first trial."""
+    checks = [shm_check(free_mb, checked, settings, planned)]
+    methods = sorted({c.start_method for c in planned if c.start_method in ("spawn", "forkserver")})
+    if methods and checked.pickle_bytes is not None:
+        top = max((c.num_workers for c in planned if c.start_method in methods), default=0)
+        checks.append(pickle_check(checked, methods, top))
+    return tuple(checks)
+
+
+def strict_error(checks: Sequence[PreflightCheck]) -> str | None:
+    """--strict: the first warning as one line (and how many more), or None when there is none."""
+    warned = [c for c in checks if c.level == "warning"]
+    if not warned:
+        return None
+    more = f" (and {len(warned) - 1} more pre-flight warnings)" if len(warned) > 1 else ""
+    return f"--strict: {warned[0].message}{more}"
+
+
+def shm_check(
+    free_mb: float | None, checked: Checked, settings: Settings, planned: Sequence[TrialConfig]
+) -> PreflightCheck:
+    """/dev/shm free against the most any planned configuration keeps in it: workers × prefetch × batch bytes ×
+    ranks (every worker's prefetched batches wait there as shared tensors)."""
+    loaded = [c for c in planned if c.num_workers > 0]
+    if checked.batch_bytes is None or not loaded:
+        why = "no configuration has workers" if not loaded else "the check read no batch (ranks read their own)"
+        return PreflightCheck("shm", "info", f"pre-flight /dev/shm: not checked: {why}", {"free_mb": free_mb})
+    worst = max(loaded, key=lambda c: c.num_workers * (c.prefetch_factor or 2) * _batch_mb(checked, c))
+    batch_mb, prefetch = _batch_mb(checked, worst), worst.prefetch_factor or 2
+    need = worst.num_workers * prefetch * batch_mb * settings.ranks
+    numbers: dict[str, float | int | str | None] = {
+        "workers": worst.num_workers, "prefetch_factor": prefetch, "batch_size": worst.batch_size,
+        "batch_mb": batch_mb, "ranks": settings.ranks, "in_flight_mb": need, "free_mb": free_mb,
+    }  # fmt: skip
+    ranks = f" × {settings.ranks} ranks" if settings.ranks > 1 else ""
+    sums = (f"{worst.num_workers} workers × prefetch {prefetch} × {mb(batch_mb)} a batch (batch "
+            f"{worst.batch_size}){ranks} = {mb(need)} in flight")  # fmt: skip
+    if free_mb is None:
+        return PreflightCheck("shm", "info", f"pre-flight /dev/shm: {sums}; /dev/shm is absent", numbers)
+    if need > free_mb:
+        return PreflightCheck("shm", "warning", (
+            f"pre-flight /dev/shm: {sums}, but /dev/shm has {mb(free_mb)} free: workers will die with 'Bus error' "
+            "(Docker: --shm-size=8g or --ipc=host; Kubernetes: an emptyDir with medium: Memory)"), numbers)  # fmt: skip
+    share = f"{need / free_mb:.0%}" if free_mb > 0 else "all"
+    return PreflightCheck("shm", "info", f"pre-flight /dev/shm: {sums}, {share} of {mb(free_mb)} free", numbers)
+
+
+def _batch_mb(checked: Checked, config: TrialConfig) -> float:
+    total = float(checked.batch_bytes or 0)
+    if checked.batch_samples:  # the check's batch was a few samples: scale to the configuration's batch size
+        total = total / checked.batch_samples * config.batch_size
+    return total / MB
+
+
+def pickle_check(checked: Checked, methods: Sequence[str], top: int) -> PreflightCheck:
+    """The dataset's pickle: each spawn/forkserver worker's start-up pays its pickling (in the parent, one worker
+    after another) and its unpickling (in the worker)."""
+    dumps, loads = checked.pickle_dumps_s or 0.0, checked.pickle_loads_s or 0.0
+    size = (checked.pickle_bytes or 0) / MB
+    serial = top * dumps + loads  # the last worker's start-up waits for every pickle before its own
+    numbers: dict[str, float | int | str | None] = {
+        "methods": "/".join(methods), "pickle_mb": size, "dumps_s": dumps, "loads_s": loads, "workers": top,
+        "startup_s": serial,
+    }  # fmt: skip
+    said = (f"pre-flight pickle: the dataset pickles to {mb(size)} for {'/'.join(methods)} workers in "
+            f"{seconds(dumps)} (unpickling {seconds(loads)}): {seconds(dumps + loads)} of each worker's start-up, "
+            f"{seconds(serial)} before the last of {top} workers can start")  # fmt: skip
+    if serial >= SLOW_PICKLE_S:
+        said += "; keep file lists and arrays out of the dataset object (open or map them in worker_init_fn)"
+        return PreflightCheck("pickle", "warning", said, numbers)
+    return PreflightCheck("pickle", "info", said, numbers)
+
+
+def first_batch_points(trials: Sequence[TrialResult]) -> dict[int, float]:
+    """Median time to first batch per worker count (1 or more), over the configuration measured at the most worker
+    counts (its other knobs fixed): start-up per worker is only comparable with the same batch and start method."""
+    groups: dict[TrialConfig, dict[int, list[float]]] = {}
+    for t in trials:
+        if t.status == "ok" and t.first_batch_s is not None and t.config.num_workers > 0:
+            key = replace(t.config, num_workers=0)
+            groups.setdefault(key, {}).setdefault(t.config.num_workers, []).append(t.first_batch_s)
+    if not groups:
+        return {}
+    best = max(groups.values(), key=len)
+    return {n: statistics.median(v) for n, v in sorted(best.items())}
+
+
+def fit(points: dict[int, float]) -> tuple[float, float]:
+    """The least-squares line first_batch_s = base + per_worker × workers."""
+    xs, ys = list(points), list(points.values())
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    spread = sum((x - mx) ** 2 for x in xs)
+    per = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
+    return my - per * mx, per
+
+
+def forecast(trials: Sequence[TrialResult], top: int) -> str | None:
+    """Mid-sweep: the first batch at the top planned count, from the rungs measured so far (None: too few yet, or
+    the top count is measured already)."""
+    points = {n: s for n, s in first_batch_points(trials).items() if n < top}
+    if len(points) < FIT_MIN_COUNTS or top in first_batch_points(trials):
+        return None
+    base, per = fit(points)
+    counts = ", ".join(map(str, points))
+    return (f"pre-flight first batch: from {counts} workers ({seconds(base)} + {seconds(per)} a worker), the first "
+            f"batch at {top} workers should take {seconds(base + per * top)}")  # fmt: skip
+
+
+def first_batch_checks(trials: Sequence[TrialResult]) -> tuple[PreflightCheck, ...]:
+    """After the sweep: each worker count's measured first batch against the forecast from the counts below it (at
+    least FIT_MIN_COUNTS of them); or one line saying there were too few rungs to forecast from."""
+    points = first_batch_points(trials)
+    counts = list(points)
+    checks = []
+    for i, n in enumerate(counts):
+        if i < FIT_MIN_COUNTS:
+            continue
+        checks.append(_against(n, points[n], {c: points[c] for c in counts[:i]}))
+    if not checks:
+        said = ", ".join(map(str, counts)) or "none"
+        why = (f"pre-flight first batch: no forecast: it needs {FIT_MIN_COUNTS} worker counts below the one "
+               f"forecast, and the first batch was measured at {said} (worker counts of 1 or more)")  # fmt: skip
+        return (PreflightCheck("first_batch", "info", why, {"measured_counts": said}),)
+    return tuple(checks)
+
+
+def _against(workers: int, measured: float, below: dict[int, float]) -> PreflightCheck:
+    base, per = fit(below)
+    predicted = base + per * workers
+    ratio = measured / predicted if predicted > 0 else None
+    held = ratio is not None and abs(ratio - 1) <= WITHIN
+    counts = ", ".join(map(str, below))
+    verdict = f"within ±{WITHIN:.0%}" if held else f"outside ±{WITHIN:.0%}: start-up is not linear in workers here"
+    times = f"×{ratio:.2f}" if ratio is not None else "no ratio: the forecast is not positive"
+    said = (f"pre-flight first batch at {workers} workers: forecast {seconds(predicted)} from {counts} "
+            f"workers ({seconds(base)} + {seconds(per)} a worker), measured {seconds(measured)} ({times}, "
+            f"{verdict})")  # fmt: skip
+    numbers: dict[str, float | int | str | None] = {
+        "workers": workers, "predicted_s": predicted, "measured_s": measured, "ratio": ratio,
+        "base_s": base, "per_worker_s": per, "fit_counts": counts,
+    }  # fmt: skip
+    return PreflightCheck("first_batch", "info" if held else "warning", said, numbers)
