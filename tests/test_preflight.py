@@ -90,14 +90,17 @@ def trials_at(first_batch: dict[int, float]) -> list[TrialResult]:
 
 @pytest.mark.unit
 def test_the_first_batch_is_forecast_from_the_rungs_below_and_checked() -> None:
-    measured = {0: 0.05, 1: 0.12, 2: 0.22, 4: 0.42, 8: 0.80, 32: 4.5}  # linear to 8, then slower
-    note = forecast(trials_at({w: s for w, s in measured.items() if w <= 2}), 32)
-    assert note is not None and "the first batch at 32 workers should take 3.22 s" in note
-    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials_at(measured))}
+    # 0 workers: the batch alone takes 0.05 s; on 2 CPUs it is shared from 2 workers on; start-up ~0.08 s a worker
+    measured = {0: 0.05, 1: 0.12, 2: 0.22, 4: 0.42, 8: 0.80, 32: 4.5}  # 32: slower than the rungs below say
+    note = forecast(trials_at({w: s for w, s in measured.items() if w <= 2}), 32, cpus=2)
+    # per worker: (1 × 0.07 + 2 × 0.17) / (1 + 4) = 0.082 s; at 32: 0.05 × 16 + 0.082 × 32 = 3.42 s
+    assert note is not None and "the first batch at 32 workers should take 3.42 s" in note
+    assert "the batch alone 0.05 s, shared over 2 CPUs, + 0.08 s a worker" in note
+    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials_at(measured), cpus=2)}
     assert set(checks) == {4, 8, 32}  # 0 workers start nothing; 1 and 2 are what the first forecast needs
     at8 = checks[8]
-    assert at8.level == "info" and at8.numbers["fit_counts"] == "1, 2, 4"
-    assert at8.numbers["predicted_s"] == pytest.approx(0.82) and at8.numbers["measured_s"] == 0.80
+    assert at8.level == "info" and at8.numbers["fit_counts"] == "1, 2, 4" and at8.numbers["alone_s"] == 0.05
+    assert at8.numbers["predicted_s"] == pytest.approx(0.05 * 4 + 8 * 1.69 / 21) and at8.numbers["measured_s"] == 0.8
     assert "within ±20%" in at8.message
     at32 = checks[32]
     assert at32.level == "warning" and "outside ±20%" in at32.message
@@ -105,10 +108,18 @@ def test_the_first_batch_is_forecast_from_the_rungs_below_and_checked() -> None:
 
 
 @pytest.mark.unit
+def test_without_a_0_worker_batch_the_forecast_is_a_line() -> None:
+    measured = {1: 0.12, 2: 0.22, 4: 0.42}
+    (check,) = first_batch_checks(trials_at(measured), cpus=2)
+    assert check.numbers["predicted_s"] == pytest.approx(0.42) and check.numbers["alone_s"] is None
+    assert "(0.02 s + 0.10 s a worker)" in check.message
+
+
+@pytest.mark.unit
 def test_too_few_rungs_say_so() -> None:
-    (check,) = first_batch_checks(trials_at({0: 0.05, 1: 0.1, 2: 0.2}))
+    (check,) = first_batch_checks(trials_at({0: 0.05, 1: 0.1, 2: 0.2}), cpus=2)
     assert check.level == "info" and "no forecast" in check.message and "measured at 1, 2" in check.message
-    assert forecast(trials_at({0: 0.05, 1: 0.1}), 8) is None
+    assert forecast(trials_at({0: 0.05, 1: 0.1}), 8, cpus=2) is None
 
 
 class Holder:

@@ -255,7 +255,7 @@ class Sweep:
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
-                self._forecast_first_batch(trials)
+                self._forecast_first_batch(trials, machine.usable_cpus)
                 if not self._nodes.many:  # many nodes: node 0's verdict goes through the link, as any stop
                     self._same.trial(trial, self._raised)
         except Cancelled:
@@ -309,7 +309,7 @@ class Sweep:
         )
         for note in conclusion.notes:
             self._emit(Notice("info", note))
-        first_batch = first_batch_checks(trials)
+        first_batch = first_batch_checks(trials, machine.usable_cpus)
         for check in first_batch:
             self._emit(Notice(check.level, check.message))
         self.result = dataclasses.replace(
@@ -343,11 +343,11 @@ class Sweep:
             raise UsageError(error)
         self.checked.set()
 
-    def _forecast_first_batch(self, trials: list[TrialResult]) -> None:
+    def _forecast_first_batch(self, trials: list[TrialResult], cpus: int) -> None:
         """Once the first rungs are measured: the first batch at the top planned count, to check it against."""
         if self._forecast:
             return
-        note = forecast(trials, max(c.num_workers for c in self.planner.planned()))
+        note = forecast(trials, max(c.num_workers for c in self.planner.planned()), cpus)
         if note is not None:
             self._forecast = True
             self._emit(Notice("info", note))

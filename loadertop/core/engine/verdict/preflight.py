@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from loadertop.core.engine.wording import mb, seconds
 from loadertop.core.model.config import Settings, TrialConfig
@@ -101,51 +101,93 @@ def pickle_check(checked: Checked, methods: Sequence[str], top: int) -> Prefligh
     return PreflightCheck("pickle", "info", said, numbers)
 
 
-def first_batch_points(trials: Sequence[TrialResult]) -> dict[int, float]:
-    """Median time to first batch per worker count (1 or more), over the configuration measured at the most worker
-    counts (its other knobs fixed): start-up per worker is only comparable with the same batch and start method."""
+@dataclass(frozen=True)
+class Points:
+    """The first batch per worker count (1 or more) of one configuration, and its 0-worker first batch (the batch's
+    own work, without any worker: None when not measured)."""
+
+    by_workers: dict[int, float]
+    alone_s: float | None
+
+
+def first_batch_points(trials: Sequence[TrialResult]) -> Points:
+    """Median time to first batch per worker count, over the configuration measured at the most worker counts (its
+    other knobs fixed): start-up per worker is only comparable with the same batch and start method."""
     groups: dict[TrialConfig, dict[int, list[float]]] = {}
+    alone: dict[tuple[int, bool], list[float]] = {}
     for t in trials:
-        if t.status == "ok" and t.first_batch_s is not None and t.config.num_workers > 0:
+        if t.status != "ok" or t.first_batch_s is None:
+            continue
+        if t.config.num_workers == 0:
+            alone.setdefault((t.config.batch_size, t.config.pin_memory), []).append(t.first_batch_s)
+        else:
             key = replace(t.config, num_workers=0)
             groups.setdefault(key, {}).setdefault(t.config.num_workers, []).append(t.first_batch_s)
     if not groups:
-        return {}
-    best = max(groups.values(), key=len)
-    return {n: statistics.median(v) for n, v in sorted(best.items())}
+        return Points({}, None)
+    key, best = max(groups.items(), key=lambda item: len(item[1]))
+    zero = alone.get((key.batch_size, key.pin_memory))
+    return Points({n: statistics.median(v) for n, v in sorted(best.items())}, statistics.median(zero) if zero else None)
 
 
-def fit(points: dict[int, float]) -> tuple[float, float]:
-    """The least-squares line first_batch_s = base + per_worker × workers."""
+@dataclass(frozen=True)
+class Fit:
+    """first batch(w) = base + alone_s × max(1, w / cpus) + per_worker × w: the batch's own work, shared among the
+    workers once they outnumber the usable CPUs, and each worker's start-up (the parent starts them one by one).
+    Without a 0-worker first batch, alone_s is 0 and base the line's intercept."""
+
+    base: float
+    alone_s: float
+    cpus: int
+    per_worker: float
+
+    def at(self, workers: int) -> float:
+        return self.base + self.alone_s * max(1.0, workers / self.cpus) + self.per_worker * workers
+
+    def text(self) -> str:
+        if self.alone_s:
+            alone, per = seconds(self.alone_s), seconds(self.per_worker)
+            return f"the batch alone {alone}, shared over {self.cpus} CPUs, + {per} a worker"
+        return f"{seconds(self.base)} + {seconds(self.per_worker)} a worker"
+
+
+def fit(points: dict[int, float], alone_s: float | None, cpus: int) -> Fit:
+    """The start-up per worker, by least squares over the rungs measured."""
+    cpus = max(1, cpus)
+    if alone_s is not None:  # what the batch's own work leaves to the workers' start-up: per_worker × w
+        rest = {w: s - alone_s * max(1.0, w / cpus) for w, s in points.items()}
+        per = sum(w * r for w, r in rest.items()) / sum(w * w for w in rest)
+        return Fit(0.0, alone_s, cpus, per)
     xs, ys = list(points), list(points.values())
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
     spread = sum((x - mx) ** 2 for x in xs)
     per = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
-    return my - per * mx, per
+    return Fit(my - per * mx, 0.0, cpus, per)
 
 
-def forecast(trials: Sequence[TrialResult], top: int) -> str | None:
+def forecast(trials: Sequence[TrialResult], top: int, cpus: int) -> str | None:
     """Mid-sweep: the first batch at the top planned count, from the rungs measured so far (None: too few yet, or
     the top count is measured already)."""
-    points = {n: s for n, s in first_batch_points(trials).items() if n < top}
-    if len(points) < FIT_MIN_COUNTS or top in first_batch_points(trials):
+    points = first_batch_points(trials)
+    below = {n: s for n, s in points.by_workers.items() if n < top}
+    if len(below) < FIT_MIN_COUNTS or top in points.by_workers:
         return None
-    base, per = fit(points)
-    counts = ", ".join(map(str, points))
-    return (f"pre-flight first batch: from {counts} workers ({seconds(base)} + {seconds(per)} a worker), the first "
-            f"batch at {top} workers should take {seconds(base + per * top)}")  # fmt: skip
+    model = fit(below, points.alone_s, cpus)
+    counts = ", ".join(map(str, below))
+    return (f"pre-flight first batch: from {counts} workers ({model.text()}), the first batch at {top} workers "
+            f"should take {seconds(model.at(top))}")  # fmt: skip
 
 
-def first_batch_checks(trials: Sequence[TrialResult]) -> tuple[PreflightCheck, ...]:
+def first_batch_checks(trials: Sequence[TrialResult], cpus: int) -> tuple[PreflightCheck, ...]:
     """After the sweep: each worker count's measured first batch against the forecast from the counts below it (at
     least FIT_MIN_COUNTS of them); or one line saying there were too few rungs to forecast from."""
     points = first_batch_points(trials)
-    counts = list(points)
+    counts = list(points.by_workers)
     checks = []
     for i, n in enumerate(counts):
-        if i < FIT_MIN_COUNTS:
-            continue
-        checks.append(_against(n, points[n], {c: points[c] for c in counts[:i]}))
+        if i >= FIT_MIN_COUNTS:
+            below = {c: points.by_workers[c] for c in counts[:i]}
+            checks.append(_against(n, points.by_workers[n], fit(below, points.alone_s, cpus), below))
     if not checks:
         said = ", ".join(map(str, counts)) or "none"
         why = (f"pre-flight first batch: no forecast: it needs {FIT_MIN_COUNTS} worker counts below the one "
@@ -154,19 +196,17 @@ def first_batch_checks(trials: Sequence[TrialResult]) -> tuple[PreflightCheck, .
     return tuple(checks)
 
 
-def _against(workers: int, measured: float, below: dict[int, float]) -> PreflightCheck:
-    base, per = fit(below)
-    predicted = base + per * workers
+def _against(workers: int, measured: float, model: Fit, below: dict[int, float]) -> PreflightCheck:
+    predicted = model.at(workers)
     ratio = measured / predicted if predicted > 0 else None
     held = ratio is not None and abs(ratio - 1) <= WITHIN
     counts = ", ".join(map(str, below))
-    verdict = f"within ±{WITHIN:.0%}" if held else f"outside ±{WITHIN:.0%}: start-up is not linear in workers here"
+    verdict = f"within ±{WITHIN:.0%}" if held else f"outside ±{WITHIN:.0%}: start-up does not follow the rungs below"
     times = f"×{ratio:.2f}" if ratio is not None else "no ratio: the forecast is not positive"
     said = (f"pre-flight first batch at {workers} workers: forecast {seconds(predicted)} from {counts} "
-            f"workers ({seconds(base)} + {seconds(per)} a worker), measured {seconds(measured)} ({times}, "
-            f"{verdict})")  # fmt: skip
+            f"workers ({model.text()}), measured {seconds(measured)} ({times}, {verdict})")  # fmt: skip
     numbers: dict[str, float | int | str | None] = {
-        "workers": workers, "predicted_s": predicted, "measured_s": measured, "ratio": ratio,
-        "base_s": base, "per_worker_s": per, "fit_counts": counts,
+        "workers": workers, "predicted_s": predicted, "measured_s": measured, "ratio": ratio, "fit_counts": counts,
+        "alone_s": model.alone_s or None, "cpus": model.cpus, "base_s": model.base, "per_worker_s": model.per_worker,
     }  # fmt: skip
     return PreflightCheck("first_batch", "info" if held else "warning", said, numbers)
