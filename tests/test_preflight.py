@@ -118,7 +118,7 @@ def test_without_a_0_worker_batch_the_forecast_is_a_line() -> None:
 @pytest.mark.unit
 def test_too_few_rungs_say_so() -> None:
     (check,) = first_batch_checks(trials_at({0: 0.05, 1: 0.1, 2: 0.2}), cpus=2)
-    assert check.level == "info" and "no forecast" in check.message and "measured at 1, 2" in check.message
+    assert check.level == "info" and "no forecast" in check.message and "measured at 1, 2 workers only" in check.message
     assert forecast(trials_at({0: 0.05, 1: 0.1}), 8, cpus=2) is None
 
 
@@ -130,8 +130,9 @@ class Holder:
 
 @pytest.mark.unit
 def test_the_unpicklable_attribute_is_named_by_its_path() -> None:
-    assert unpicklable_path(Holder()) == "dataset.inner['reader'] (a _io.BufferedReader)"
-    assert unpicklable_path(lambda x: x).startswith("dataset (a builtins.function)")
+    where, fix = unpicklable_path(Holder())
+    assert where == "dataset.inner['reader'] (a _io.BufferedReader)" and fix.startswith("open it in worker_init_fn")
+    assert unpicklable_path(lambda x: x) == ("dataset (a builtins.function)", "define it at module level")
     pickled = measure_pickle(list(range(1000)))
     assert pickled.nbytes > 1000 and pickled.dumps_s >= 0 and pickled.loads_s >= 0
 
@@ -163,7 +164,8 @@ def test_an_open_file_on_the_dataset_is_named_for_spawn(tmp_path: Path) -> None:
         "--dataset", f"{FAULTS}:holds_a_file", "--workers", "0,1", "--start-method", "spawn",
         "--out", str(tmp_path / "runs"),
     )  # fmt: skip
-    one_line_exit_2(code, err, "pre-flight pickle: dataset.handle (a _io.BufferedReader) cannot be pickled for spawn")
+    line = one_line_exit_2(code, err, "pre-flight pickle: dataset.handle (a _io.BufferedReader) cannot be pickled")
+    assert "for spawn workers (TypeError: cannot pickle '_io.BufferedReader' object); open it in" in line
 
 
 def test_the_result_keeps_the_preflight_checks(tmp_path: Path) -> None:

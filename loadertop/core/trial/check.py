@@ -78,10 +78,10 @@ def check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> 
         try:
             pickled = measure_pickle(value)
         except Exception as exc:
+            where, fix = unpicklable_path(value, name)
             raise SpecError(
-                f"pre-flight pickle: {unpicklable_path(value, name)} cannot be pickled for {'/'.join(methods)} "
-                f"workers ({type(exc).__name__}: {exc}); open it in __getitem__ or worker_init_fn (or drop it in "
-                "__getstate__), define classes and functions at module level, or use --start-method fork"
+                f"pre-flight pickle: {where} cannot be pickled for {'/'.join(methods)} workers "
+                f"({type(exc).__name__}: {exc}); {fix}, or use --start-method fork"
             ) from exc
         measured = measured or pickled
     assert measured is not None  # the dataset is always the first part

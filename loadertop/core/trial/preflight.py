@@ -51,9 +51,9 @@ def measure_pickle(dataset: Any) -> Pickled:
     return Pickled(len(data), dumped - start, time.perf_counter() - dumped)
 
 
-def unpicklable_path(value: Any, root: str = "dataset") -> str:
-    """The deepest attribute (or item) that fails to pickle, as `dataset.handle (an _io.BufferedReader)`; the root
-    itself when no part of it is to blame (a lambda, a local class)."""
+def unpicklable_path(value: Any, root: str = "dataset") -> tuple[str, str]:
+    """The deepest attribute (or item) that fails to pickle, as `dataset.handle (a _io.BufferedReader)`, and how to
+    fix it; the root itself when no part of it is to blame (a lambda, a local class)."""
     path, culprit = root, value
     for _ in range(MAX_DEPTH):
         found = next(((name, part) for name, part in _parts(culprit) if not _pickles(part)), None)
@@ -61,7 +61,10 @@ def unpicklable_path(value: Any, root: str = "dataset") -> str:
             break
         path, culprit = path + found[0], found[1]
     kind = type(culprit)
-    return f"{path} (a {kind.__module__}.{kind.__qualname__})"
+    code = callable(culprit) and hasattr(culprit, "__qualname__")  # a function or class: where it is defined
+    fix = ("define it at module level" if code else
+           "open it in worker_init_fn or on first use in __getitem__, or leave it out in __getstate__")  # fmt: skip
+    return f"{path} (a {kind.__module__}.{kind.__qualname__})", fix
 
 
 def _parts(value: Any) -> Iterator[tuple[str, Any]]:

@@ -189,9 +189,10 @@ def first_batch_checks(trials: Sequence[TrialResult], cpus: int) -> tuple[Prefli
             below = {c: points.by_workers[c] for c in counts[:i]}
             checks.append(_against(n, points.by_workers[n], fit(below, points.alone_s, cpus), below))
     if not checks:
-        said = ", ".join(map(str, counts)) or "none"
+        said = ", ".join(map(str, counts))
+        at = f"at {said} workers only" if counts else "at no count of 1 or more workers"
         why = (f"pre-flight first batch: no forecast: it needs {FIT_MIN_COUNTS} worker counts below the one "
-               f"forecast, and the first batch was measured at {said} (worker counts of 1 or more)")  # fmt: skip
+               f"forecast, and the first batch was measured {at}")  # fmt: skip
         return (PreflightCheck("first_batch", "info", why, {"measured_counts": said}),)
     return tuple(checks)
 
