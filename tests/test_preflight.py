@@ -20,6 +20,7 @@ from loadertop.core.engine.verdict.preflight import (
     forecast,
     pickle_check,
     shm_check,
+    start_checks,
     strict_error,
 )
 from loadertop.core.model.config import Settings, TrialConfig
@@ -122,6 +123,27 @@ def test_too_few_rungs_say_so() -> None:
     assert forecast(trials_at({0: 0.05, 1: 0.1}), 8, cpus=2) is None
 
 
+@pytest.mark.unit
+def test_spawn_workers_first_batch_is_forecast_from_the_check_alone() -> None:
+    checked = Checked(True, pickle_bytes=2048, pickle_dumps_s=0.001, pickle_loads_s=0.0005, start_method="spawn",
+                      worker_start_s=1.5)  # fmt: skip
+    said = pickle_check(checked, ["spawn"], 4).message
+    assert "pickles to 2 KB for spawn workers in 1.0 ms" in said
+    assert "one spawn worker started with it in 1.50 s" in said
+    trials = [
+        TrialResult(0, TrialConfig(0, 32), "ok", first_batch_s=0.1),
+        TrialResult(1, TrialConfig(2, 32, 2, start_method="fork"), "ok", first_batch_s=0.2),
+        TrialResult(2, TrialConfig(2, 32, 2, start_method="spawn"), "ok", first_batch_s=1.6),
+        TrialResult(3, TrialConfig(8, 32, 2, start_method="spawn"), "ok", first_batch_s=9.0),
+    ]
+    at2, at8 = start_checks(trials, checked, cpus=2)
+    # (1.5 s start + 0.1 s batch) × max(1, w / 2 CPUs) + w × 1 ms of pickling
+    assert at2.numbers["predicted_s"] == pytest.approx(1.602) and at2.level == "info"
+    assert at8.numbers["predicted_s"] == pytest.approx(6.408) and at8.level == "warning"
+    assert "at 8 spawn workers: forecast 6.41 s before any trial" in at8.message and "(×1.40, outside" in at8.message
+    assert start_checks(trials, Checked(True), cpus=2) == ()
+
+
 class Holder:
     def __init__(self) -> None:
         self.name = "train"
@@ -177,6 +199,10 @@ def test_the_result_keeps_the_preflight_checks(tmp_path: Path) -> None:
     )  # fmt: skip
     kinds = [p.check for p in result.preflight]
     assert kinds[:2] == ["shm", "pickle"] and "first_batch" in kinds
+    assert result.preflight[1].numbers["worker_start_s"] is not None  # one spawn worker, started for real
+    checks = [p for p in result.preflight if p.check == "first_batch"]
+    spawned = {p.numbers["workers"] for p in checks if "start_method" in p.numbers}
+    assert spawned == {1, 2, 4}
     written = SweepResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert written.preflight == result.preflight
     shm = result.preflight[0]

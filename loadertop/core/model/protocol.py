@@ -97,6 +97,9 @@ class Checked:
     pickle_bytes: int | None = None
     pickle_dumps_s: float | None = None
     pickle_loads_s: float | None = None
+    # One worker of this start method (spawn when swept, else forkserver) started and given the dataset, timed.
+    start_method: str | None = None
+    worker_start_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS, bad_data
 from loadertop.core.model.arg_text import loader_arg_texts
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest, Emit
-from loadertop.core.trial.preflight import Pickled, measure_pickle, tensor_bytes, unpicklable_path
+from loadertop.core.trial.preflight import Pickled, measure_pickle, measure_start, tensor_bytes, unpicklable_path
 from loadertop.core.trial.shared import dataset_for, shared
 
 FIRST_BATCH = 2  # samples: enough for the collate to meet what the dataset returns, cheap for any dataset
@@ -32,16 +32,18 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         build = shared()
         built_s = build.seconds if build is not None and not build.unsafe else time.perf_counter() - start
         methods = set(request.start_methods)
-        pickled = None
+        pickled, started = None, None
         if methods & {"spawn", "forkserver"}:
             pickled = check_picklable(dataset, extra, sorted(methods & {"spawn", "forkserver"}))
+            method = "spawn" if "spawn" in methods else "forkserver"
+            started = method, measure_start(dataset, method)
         iterable = check_items(dataset, settings.dataset)
         batch: tuple[int, int | None] | None = None
         if settings.ranks == 1 and settings.nodes == 1:  # a rank's data is read by its rank, never by the check
             batch = check_first_batch(dataset, extra, settings)
         check_settings(settings, extra)
         answer = checked(dataset, extra, iterable, built_s)
-        emit(dataclasses.replace(answer, **preflight_fields(batch, pickled)))
+        emit(dataclasses.replace(answer, **preflight_fields(batch, pickled, started)))
         return 0
     except SpecError as exc:
         traceback.print_exc()
@@ -88,9 +90,13 @@ def check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> 
     return measured
 
 
-def preflight_fields(batch: tuple[int, int | None] | None, pickled: Pickled | None) -> dict[str, Any]:
+def preflight_fields(
+    batch: tuple[int, int | None] | None, pickled: Pickled | None, started: tuple[str, float | None] | None
+) -> dict[str, Any]:
     """The pre-flight figures for the Checked message (the engine words them: engine/verdict/preflight.py)."""
     fields: dict[str, Any] = {}
+    if started is not None:
+        fields.update(start_method=started[0], worker_start_s=started[1])
     if batch is not None:
         fields.update(batch_bytes=batch[0], batch_samples=batch[1])
     if pickled is not None:

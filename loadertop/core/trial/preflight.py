@@ -13,6 +13,7 @@ from typing import Any
 
 MAX_DEPTH = 6  # attribute paths deeper than this are not walked: the first failing level is named instead
 MAX_ITEMS = 64  # items of a list, tuple or dict looked into when naming what cannot be pickled
+START_TIMEOUT_S = 120.0  # one worker's start (an interpreter, the imports, the dataset unpickled) that takes longer
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,29 @@ def measure_pickle(dataset: Any) -> Pickled:
     dumped = time.perf_counter()
     pickle.loads(data)
     return Pickled(len(data), dumped - start, time.perf_counter() - dumped)
+
+
+def measure_start(dataset: Any, method: str) -> float | None:
+    """One worker of `method` started as a DataLoader starts it (a new interpreter that imports what the dataset
+    needs and unpickles it), timed to its exit; None when it failed or hung (the trials will say why)."""
+    import multiprocessing
+
+    context: Any = multiprocessing.get_context(method)  # typeshed's BaseContext lacks Process
+    process = context.Process(target=received, args=(dataset,), daemon=True)
+    start = time.perf_counter()
+    process.start()
+    process.join(START_TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    if process.is_alive():  # never left behind
+        process.kill()
+        process.join()
+        return None
+    return elapsed if process.exitcode == 0 else None
+
+
+def received(dataset: Any) -> None:
+    """The started worker's whole job: it has the dataset (unpickled before this runs)."""
+    del dataset
 
 
 def unpicklable_path(value: Any, root: str = "dataset") -> tuple[str, str]:

@@ -31,7 +31,13 @@ from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.engine.verdict.outcome import conclude
-from loadertop.core.engine.verdict.preflight import before_trials, first_batch_checks, forecast, strict_error
+from loadertop.core.engine.verdict.preflight import (
+    before_trials,
+    first_batch_checks,
+    forecast,
+    start_checks,
+    strict_error,
+)
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.guards import (
@@ -309,7 +315,8 @@ class Sweep:
         )
         for note in conclusion.notes:
             self._emit(Notice("info", note))
-        first_batch = first_batch_checks(trials, machine.usable_cpus)
+        cpus = machine.usable_cpus
+        first_batch = first_batch_checks(trials, cpus) + start_checks(trials, self._checked, cpus)
         for check in first_batch:
             self._emit(Notice(check.level, check.message))
         self.result = dataclasses.replace(

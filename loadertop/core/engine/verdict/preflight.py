@@ -84,21 +84,32 @@ def _batch_mb(checked: Checked, config: TrialConfig) -> float:
 
 def pickle_check(checked: Checked, methods: Sequence[str], top: int) -> PreflightCheck:
     """The dataset's pickle: each spawn/forkserver worker's start-up pays its pickling (in the parent, one worker
-    after another) and its unpickling (in the worker)."""
+    after another) and its unpickling (in the worker); and one worker's whole start-up, measured."""
     dumps, loads = checked.pickle_dumps_s or 0.0, checked.pickle_loads_s or 0.0
-    size = (checked.pickle_bytes or 0) / MB
+    nbytes = checked.pickle_bytes or 0
     serial = top * dumps + loads  # the last worker's start-up waits for every pickle before its own
     numbers: dict[str, float | int | str | None] = {
-        "methods": "/".join(methods), "pickle_mb": size, "dumps_s": dumps, "loads_s": loads, "workers": top,
-        "startup_s": serial,
+        "methods": "/".join(methods), "pickle_mb": nbytes / MB, "dumps_s": dumps, "loads_s": loads, "workers": top,
+        "pickles_s": serial, "start_method": checked.start_method, "worker_start_s": checked.worker_start_s,
     }  # fmt: skip
-    said = (f"pre-flight pickle: the dataset pickles to {mb(size)} for {'/'.join(methods)} workers in "
-            f"{seconds(dumps)} (unpickling {seconds(loads)}): {seconds(dumps + loads)} of each worker's start-up, "
-            f"{seconds(serial)} before the last of {top} workers can start")  # fmt: skip
+    said = (f"pre-flight pickle: the dataset pickles to {_size(nbytes)} for {'/'.join(methods)} workers in "
+            f"{_short(dumps)} (unpickling {_short(loads)}): {_short(dumps + loads)} of each worker's start-up, "
+            f"{_short(serial)} before the last of {top} workers can start")  # fmt: skip
+    if checked.start_method and checked.worker_start_s is not None:
+        said += (f"; one {checked.start_method} worker started with it in {_short(checked.worker_start_s)} "
+                 "(measured: a new interpreter, its imports, the dataset)")  # fmt: skip
     if serial >= SLOW_PICKLE_S:
         said += "; keep file lists and arrays out of the dataset object (open or map them in worker_init_fn)"
         return PreflightCheck("pickle", "warning", said, numbers)
     return PreflightCheck("pickle", "info", said, numbers)
+
+
+def _size(nbytes: int) -> str:
+    return mb(nbytes / MB) if nbytes >= MB else f"{nbytes / 1024:.0f} KB" if nbytes >= 1024 else f"{nbytes} bytes"
+
+
+def _short(value: float) -> str:
+    return seconds(value) if value >= 0.01 else f"{value * 1000:.1f} ms"
 
 
 @dataclass(frozen=True)
@@ -110,23 +121,22 @@ class Points:
     alone_s: float | None
 
 
-def first_batch_points(trials: Sequence[TrialResult]) -> Points:
+def first_batch_points(trials: Sequence[TrialResult], method: str | None = None) -> Points:
     """Median time to first batch per worker count, over the configuration measured at the most worker counts (its
-    other knobs fixed): start-up per worker is only comparable with the same batch and start method."""
+    other knobs fixed; of `method` when given): start-up per worker is only comparable with the same batch and
+    start method."""
     groups: dict[TrialConfig, dict[int, list[float]]] = {}
-    alone: dict[tuple[int, bool], list[float]] = {}
     for t in trials:
-        if t.status != "ok" or t.first_batch_s is None:
-            continue
-        if t.config.num_workers == 0:
-            alone.setdefault((t.config.batch_size, t.config.pin_memory), []).append(t.first_batch_s)
-        else:
+        wanted = method is None or t.config.start_method == method
+        if t.status == "ok" and t.first_batch_s is not None and t.config.num_workers > 0 and wanted:
             key = replace(t.config, num_workers=0)
             groups.setdefault(key, {}).setdefault(t.config.num_workers, []).append(t.first_batch_s)
     if not groups:
         return Points({}, None)
     key, best = max(groups.items(), key=lambda item: len(item[1]))
-    zero = alone.get((key.batch_size, key.pin_memory))
+    zero = [t.first_batch_s for t in trials if t.status == "ok" and t.first_batch_s is not None
+            and t.config.num_workers == 0 and (t.config.batch_size, t.config.pin_memory) == (key.batch_size,
+            key.pin_memory)]  # fmt: skip
     return Points({n: statistics.median(v) for n, v in sorted(best.items())}, statistics.median(zero) if zero else None)
 
 
@@ -194,6 +204,33 @@ def first_batch_checks(trials: Sequence[TrialResult], cpus: int) -> tuple[Prefli
         why = (f"pre-flight first batch: no forecast: it needs {FIT_MIN_COUNTS} worker counts below the one "
                f"forecast, and the first batch was measured {at}")  # fmt: skip
         return (PreflightCheck("first_batch", "info", why, {"measured_counts": said}),)
+    return tuple(checks)
+
+
+def start_checks(trials: Sequence[TrialResult], checked: Checked | None, cpus: int) -> tuple[PreflightCheck, ...]:
+    """Spawn or forkserver trials' first batch against the forecast from the check alone, before any trial: the
+    workers start at once, each as long as the one timed in the check, sharing the usable CPUs; then the batch's own
+    work (the 0-worker first batch), shared the same way; plus the parent pickling the dataset once per worker."""
+    if checked is None or checked.start_method is None or checked.worker_start_s is None:
+        return ()
+    method, start_s = checked.start_method, checked.worker_start_s
+    points = first_batch_points(trials, method)
+    alone, cpus = points.alone_s or 0.0, max(1, cpus)
+    checks = []
+    for workers, measured in points.by_workers.items():
+        predicted = (start_s + alone) * max(1.0, workers / cpus) + workers * (checked.pickle_dumps_s or 0.0)
+        ratio = measured / predicted if predicted > 0 else None
+        held = ratio is not None and abs(ratio - 1) <= WITHIN
+        times = f"×{ratio:.2f}" if ratio is not None else "no ratio"
+        said = (f"pre-flight first batch at {workers} {method} workers: forecast {seconds(predicted)} before any "
+                f"trial (one worker's start {seconds(start_s)} and the batch alone {seconds(alone)}, shared over "
+                f"{cpus} CPUs), measured {seconds(measured)} ({times}, {'within' if held else 'outside'} "
+                f"±{WITHIN:.0%})")  # fmt: skip
+        numbers: dict[str, float | int | str | None] = {
+            "workers": workers, "start_method": method, "predicted_s": predicted, "measured_s": measured,
+            "ratio": ratio, "worker_start_s": start_s, "alone_s": points.alone_s, "cpus": cpus,
+        }  # fmt: skip
+        checks.append(PreflightCheck("first_batch", "info" if held else "warning", said, numbers))
     return tuple(checks)
 
 
