@@ -162,21 +162,22 @@ def check_tune_pin(cuda: bool) -> Row:
     return name, "ok" if ok else "FAIL: pin_memory not tried both ways or no choice", figure
 
 
-def _tune_with_cuda() -> Any:
+def _tune_with_cuda(device: str = "cuda", budget_s: float = 40.0) -> Any:
     import torch
     from torch.utils.data import DataLoader
 
     from loadertop.core.datasets.synthetic import SyntheticDataset
 
     loader = DataLoader(SyntheticDataset(length=4096, kb=256, cpu_ms=0.2), batch_size=32)
-    tuned = loadertop.tune(loader, budget_s=40.0, max_workers=4)
+    tuned = loadertop.tune(loader, budget_s=budget_s, max_workers=4)
     for _ in range(200):
         if tuned.choice is not None:
             break
         for batch in tuned:
             data = batch[0] if isinstance(batch, list | tuple) else batch
-            data.to("cuda", non_blocking=True)
-            torch.cuda.synchronize()
+            data.to(device, non_blocking=True)
+            if device == "cuda":
+                torch.cuda.synchronize()
     return tuned
 
 
