@@ -146,3 +146,13 @@ def empty() -> Any:
 
 def unpicklable() -> Any:
     return _Unpicklable()
+
+
+class _HoldsAFile(Faulty):
+    def __init__(self) -> None:
+        super().__init__()
+        self.handle = open(__file__, "rb")  # noqa: SIM115  # an open file: spawn workers cannot receive it
+
+
+def holds_a_file() -> Any:
+    return _HoldsAFile()

@@ -127,7 +127,7 @@ BAD = [
     (["--dataset", f"{DATA}/bad_specs.py:empty"], "empty dataset", ""),
     (["--dataset", f"{DATA}/iterables.py:empty_stream"], "IterableDataset that yields nothing", ""),
     (["--dataset", f"{DATA}/bad_specs.py:unpicklable", "--start-method", "spawn"], "cannot be pickled", "spawn"),
-    (["--dataset", f"{DATA}/bad_specs.py:lambda_collate", "--start-method", "forkserver"], "collate_fn cannot", ""),
+    (["--dataset", f"{DATA}/bad_specs.py:lambda_collate", "--start-method", "forkserver"], "collate_fn (a", "function"),
     (["--dataset", "imagefolder:/nonexistent/folder"], "imagefolder '/nonexistent/folder': folder not found", ""),
     (["--consumer", f"{DATA}/steps.py:not_callable"], "--consumer: ", "is not callable"),
     (["--consumer", f"{DATA}/steps.py:matmul_step", "--step-ms", "5"], "drop --step-ms", ""),

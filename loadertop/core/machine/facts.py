@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 MB = 1024 * 1024
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
-SHM_PATH = Path("/dev/shm")
+# LOADERTOP_SHM_PATH: another tmpfs in its place (a test's small one; a job whose shared memory lives elsewhere)
+SHM_PATH = Path(os.environ.get("LOADERTOP_SHM_PATH") or "/dev/shm")
 # cgroup v1 reports "no limit" as a huge page-aligned number (9223372036854771712 on x86-64).
 _V1_UNLIMITED_BYTES = 1 << 60
 

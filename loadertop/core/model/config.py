@@ -189,6 +189,10 @@ class Settings:
     rebuild_dataset: bool = field(default=False, metadata=option(
         "--rebuild-dataset", "build the dataset in every trial, not once per sweep (for datasets holding files, "
         "sockets or threads that do not survive a fork)", "flag", group=_HOW, const=True))
+    # The pre-flight checks (/dev/shm against the batches in flight, the dataset's pickle) warn; --strict stops there.
+    strict: bool = field(default=False, metadata=option(
+        "--strict", "a pre-flight warning (/dev/shm too small for the batches in flight, a slow pickle for spawn or "
+        "forkserver workers) is an error: exit 2 before any trial", "flag", group=_HOW, const=True))
     search: str = field(default="adaptive", metadata=option(
         "--search", "adaptive (default): climb, bisect, repeat the finalists; grid: all of them", "choice",
         choices=("adaptive", "grid")))

@@ -90,6 +90,16 @@ class Checked:
     # The runner's build left threads, open files or child processes behind (named here): not checked, and not to
     # be forked from; the driver starts a fresh runner and checks again without sharing.
     unsafe: str = ""
+    # The pre-flight figures (trial/preflight.py): the tensor bytes of one real batch of `batch_samples` samples
+    # (None: the factory's batch_sampler sets it), and the dataset pickled as spawn/forkserver workers receive it.
+    batch_bytes: int | None = None
+    batch_samples: int | None = None
+    pickle_bytes: int | None = None
+    pickle_dumps_s: float | None = None
+    pickle_loads_s: float | None = None
+    # One worker of this start method (spawn when swept, else forkserver) started and given the dataset, timed.
+    start_method: str | None = None
+    worker_start_s: float | None = None
 
 
 @dataclass(frozen=True)

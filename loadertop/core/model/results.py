@@ -240,6 +240,21 @@ class Recommendation:
 
 
 @dataclass(frozen=True)
+class PreflightCheck:
+    """One pre-flight check (engine/verdict/preflight.py): /dev/shm, the dataset's pickle, the time to first batch.
+    `numbers` holds the figures the message states, by name, for a reader of the JSON."""
+
+    check: str  # "shm" | "pickle" | "first_batch"
+    level: str  # "info" | "warning"
+    message: str
+    numbers: dict[str, float | int | str | None] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PreflightCheck:
+        return cls(data["check"], data["level"], data["message"], dict(data.get("numbers") or {}))
+
+
+@dataclass(frozen=True)
 class SweepResult:
     machine: MachineInfo
     settings: Settings
@@ -255,6 +270,7 @@ class SweepResult:
     search_trace: tuple[SearchStep, ...] = ()
     iterable: bool = False  # the dataset is an IterableDataset (the runner's check): --ranks shards it differently
     nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes, in node rank order; empty on one node
+    preflight: tuple[PreflightCheck, ...] = ()  # the checks before the first trial, and the first batch's forecast
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -272,6 +288,7 @@ class SweepResult:
             "search_trace": [asdict(s) for s in self.search_trace],
             "iterable": self.iterable,
             "nodes": [n.to_dict() for n in self.nodes],
+            "preflight": [asdict(p) for p in self.preflight],
         }
 
     @classmethod
@@ -295,6 +312,7 @@ class SweepResult:
             search_trace=tuple(SearchStep(**s) for s in data.get("search_trace") or ()),
             iterable=data.get("iterable", False),
             nodes=tuple(NodeInfo.from_dict(n) for n in data.get("nodes") or ()),
+            preflight=tuple(PreflightCheck.from_dict(p) for p in data.get("preflight") or ()),
         )
 
 

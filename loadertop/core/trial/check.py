@@ -7,6 +7,7 @@ Imports torch and the user's code.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import traceback
 from typing import Any
@@ -16,6 +17,7 @@ from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS, bad_data
 from loadertop.core.model.arg_text import loader_arg_texts
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest, Emit
+from loadertop.core.trial.preflight import Pickled, measure_pickle, measure_start, tensor_bytes, unpicklable_path
 from loadertop.core.trial.shared import dataset_for, shared
 
 FIRST_BATCH = 2  # samples: enough for the collate to meet what the dataset returns, cheap for any dataset
@@ -30,13 +32,18 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         build = shared()
         built_s = build.seconds if build is not None and not build.unsafe else time.perf_counter() - start
         methods = set(request.start_methods)
+        pickled, started = None, None
         if methods & {"spawn", "forkserver"}:
-            check_picklable(dataset, extra, sorted(methods & {"spawn", "forkserver"}))
+            pickled = check_picklable(dataset, extra, sorted(methods & {"spawn", "forkserver"}))
+            method = "spawn" if "spawn" in methods else "forkserver"
+            started = method, measure_start(dataset, method)
         iterable = check_items(dataset, settings.dataset)
+        batch: tuple[int, int | None] | None = None
         if settings.ranks == 1 and settings.nodes == 1:  # a rank's data is read by its rank, never by the check
-            check_first_batch(dataset, extra, settings)
+            batch = check_first_batch(dataset, extra, settings)
         check_settings(settings, extra)
-        emit(checked(dataset, extra, iterable, built_s))
+        answer = checked(dataset, extra, iterable, built_s)
+        emit(dataclasses.replace(answer, **preflight_fields(batch, pickled, started)))
         return 0
     except SpecError as exc:
         traceback.print_exc()
@@ -64,19 +71,37 @@ def checked(dataset: Any, extra: dict[str, Any], iterable: bool, built_s: float)
     )
 
 
-def check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> None:
-    """What spawn and forkserver workers receive must pickle: the dataset and the functions they call."""
-    import pickle
-
-    parts = {"the dataset": dataset, **{k: extra[k] for k in ("collate_fn", "worker_init_fn") if extra.get(k)}}
+def check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> Pickled:
+    """What spawn and forkserver workers receive must pickle: the dataset and the functions they call. Returns the
+    dataset's pickle (size and times: what each worker's start-up pays for it)."""
+    parts = {"dataset": dataset, **{k: extra[k] for k in ("collate_fn", "worker_init_fn") if extra.get(k)}}
+    measured: Pickled | None = None
     for name, value in parts.items():
         try:
-            pickle.dumps(value)
+            pickled = measure_pickle(value)
         except Exception as exc:
+            where, fix = unpicklable_path(value, name)
             raise SpecError(
-                f"{name} cannot be pickled for {'/'.join(methods)} workers ({type(exc).__name__}: {exc}); "
-                "define classes and functions at module level, or use --start-method fork"
+                f"pre-flight pickle: {where} cannot be pickled for {'/'.join(methods)} workers "
+                f"({type(exc).__name__}: {exc}); {fix}, or use --start-method fork"
             ) from exc
+        measured = measured or pickled
+    assert measured is not None  # the dataset is always the first part
+    return measured
+
+
+def preflight_fields(
+    batch: tuple[int, int | None] | None, pickled: Pickled | None, started: tuple[str, float | None] | None
+) -> dict[str, Any]:
+    """The pre-flight figures for the Checked message (the engine words them: engine/verdict/preflight.py)."""
+    fields: dict[str, Any] = {}
+    if started is not None:
+        fields.update(start_method=started[0], worker_start_s=started[1])
+    if batch is not None:
+        fields.update(batch_bytes=batch[0], batch_samples=batch[1])
+    if pickled is not None:
+        fields.update(pickle_bytes=pickled.nbytes, pickle_dumps_s=pickled.dumps_s, pickle_loads_s=pickled.loads_s)
+    return fields
 
 
 def check_items(dataset: Any, spec: str) -> bool:
@@ -94,23 +119,26 @@ def check_items(dataset: Any, spec: str) -> bool:
     return True
 
 
-def check_first_batch(dataset: Any, extra: dict[str, Any], settings: Settings) -> None:
+def check_first_batch(dataset: Any, extra: dict[str, Any], settings: Settings) -> tuple[int, int | None] | None:
     """A small first batch through the DataLoader's own path (the factory's sampler and collate_fn, 0 workers): a
     dataset every trial would fail on (PIL images without ToTensor, samples of different shapes) stops here, with
-    the fix, rather than after a failed trial per configuration."""
+    the fix, rather than after a failed trial per configuration. Returns the batch's tensor bytes and its samples
+    (None: the factory's batch_sampler sets the batch, so the bytes are a whole batch's)."""
     from torch.utils.data import DataLoader
 
     from loadertop.core.trial.crashes import describe, note_indices
 
     kwargs = {k: v for k, v in extra.items() if k not in ("timeout",)}
+    samples = None
     if "batch_sampler" not in kwargs:
-        kwargs["batch_size"] = min(FIRST_BATCH, settings.batch_sizes[0])
+        samples = kwargs["batch_size"] = min(FIRST_BATCH, settings.batch_sizes[0])
     try:
-        next(iter(DataLoader(note_indices(dataset, pickled=False), num_workers=0, **kwargs)))
+        batch = next(iter(DataLoader(note_indices(dataset, pickled=False), num_workers=0, **kwargs)))
     except StopIteration:
-        return  # drop_last on a dataset smaller than the batch: the trials say what they find
+        return None  # drop_last on a dataset smaller than the batch: the trials say what they find
     except Exception as exc:
         raise SpecError(bad_data(describe(exc), FIRST_BATCH_FAILS)) from exc
+    return tensor_bytes(batch), samples
 
 
 def check_settings(settings: Settings, extra: dict[str, Any]) -> None:

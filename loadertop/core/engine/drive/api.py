@@ -53,6 +53,7 @@ class SweepOptions(TypedDict, total=False):
     nodes: int
     node_rank: int
     rebuild_dataset: bool
+    strict: bool
     search: Literal["adaptive", "grid"]
 
 

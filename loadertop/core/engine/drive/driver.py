@@ -31,6 +31,13 @@ from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.engine.verdict.outcome import conclude
+from loadertop.core.engine.verdict.preflight import (
+    before_trials,
+    first_batch_checks,
+    forecast,
+    start_checks,
+    strict_error,
+)
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.guards import (
@@ -44,8 +51,8 @@ from loadertop.core.machine.guards import (
 from loadertop.core.machine.probes import Probes
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Event, Notice, ProbeSample, SweepFinished, SweepStarted, TrialFinished
-from loadertop.core.model.protocol import TrialRequest
-from loadertop.core.model.results import Ceiling, MachineInfo, SweepResult, TrialResult
+from loadertop.core.model.protocol import Checked, TrialRequest
+from loadertop.core.model.results import Ceiling, MachineInfo, PreflightCheck, SweepResult, TrialResult
 
 
 class Sweep:
@@ -80,6 +87,9 @@ class Sweep:
         self._raised: str | None = None  # what the last trial's own code raised
         self.checked = threading.Event()  # set once the dataset spec loaded: faces may hold output until then
         self._fd_warned = False
+        self._preflight: tuple[PreflightCheck, ...] = ()  # the checks before the first trial (verdict/preflight.py)
+        self._checked: Checked | None = None  # the runner's check: its pre-flight figures
+        self._forecast = False  # the first batch at the top count was forecast from the first rungs
         self.guard = MemoryGuard(
             parse_mem_floor(settings.mem_floor, memory_total_mb()), self._guard_kill, ranks=settings.ranks
         )
@@ -231,10 +241,7 @@ class Sweep:
             self.guard.start()
             runner = start_runner(self.run_dir / LOG, self._cancel)
             runner = self._check_dataset(runner)
-            machine = dataclasses.replace(machine, dataset_build=self._build[0], dataset_build_s=self._build[1])
-            write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
-            if self._skipped:  # the DataLoader rejects their knobs at 0 workers
-                self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run: skipped"))
+            machine = self._after_check(machine)
             self._ceilings = self._measure_ceilings(runner)
             self._emit(Notice("info", describe_ceilings(self._ceilings)))
             self._same.ceilings(self._ceilings)
@@ -254,6 +261,7 @@ class Sweep:
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
+                self._forecast_first_batch(trials, machine.usable_cpus)
                 if not self._nodes.many:  # many nodes: node 0's verdict goes through the link, as any stop
                     self._same.trial(trial, self._raised)
         except Cancelled:
@@ -307,8 +315,13 @@ class Sweep:
         )
         for note in conclusion.notes:
             self._emit(Notice("info", note))
+        cpus = machine.usable_cpus
+        first_batch = first_batch_checks(trials, cpus) + start_checks(trials, self._checked, cpus)
+        for check in first_batch:
+            self._emit(Notice(check.level, check.message))
         self.result = dataclasses.replace(
             conclusion.result,
+            preflight=self._preflight + first_batch,
             run_dir=str(self.run_dir),
             interrupted=self._cancel.is_set() or self._stop_after.is_set(),
             wall_s=wall_s,
@@ -316,6 +329,35 @@ class Sweep:
         )
         write_result(self.run_dir, self.result)
         self._emit(SweepFinished(self.result))
+
+    def _after_check(self, machine: MachineInfo) -> MachineInfo:
+        """After the dataset check: the pre-flight checks, the build in machine.json, the 0-worker skips said."""
+        self._preflight_checks(machine)
+        machine = dataclasses.replace(machine, dataset_build=self._build[0], dataset_build_s=self._build[1])
+        write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
+        if self._skipped:  # the DataLoader rejects their knobs at 0 workers
+            self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run: skipped"))
+        return machine
+
+    def _preflight_checks(self, machine: MachineInfo) -> None:
+        """/dev/shm and the dataset's pickle, said before the first trial; --strict stops at a warning (exit 2).
+        The faces hold their opening lines until this passes (`checked`): a --strict stop is one line too."""
+        if self._checked is not None:
+            self._preflight = before_trials(machine.shm_free_mb, self._checked, self.settings, self.planner.planned())
+        for check in self._preflight:
+            self._emit(Notice(check.level, check.message))
+        if self.settings.strict and (error := strict_error(self._preflight)):
+            raise UsageError(error)
+        self.checked.set()
+
+    def _forecast_first_batch(self, trials: list[TrialResult], cpus: int) -> None:
+        """Once the first rungs are measured: the first batch at the top planned count, to check it against."""
+        if self._forecast:
+            return
+        note = forecast(trials, max(c.num_workers for c in self.planner.planned()), cpus)
+        if note is not None:
+            self._forecast = True
+            self._emit(Notice("info", note))
 
     def _measure_ceilings(self, runner: RunnerProcess) -> tuple[Ceiling, ...]:
         """The consumer alone on a cached batch, before the first trial (ceiling_requests.py)."""
@@ -359,8 +401,8 @@ class Sweep:
             return check.runner
         self._iterable, self._shared = check.checked.iterable, check.shared
         self._build = check.build, check.checked.built_s
+        self._checked = check.checked
         self._loader_args = check.checked.extra_args  # what the factory passes the DataLoader: the snippet keeps it
-        self.checked.set()
         said = check.checked.summary  # one line: what the dataset is, and how it was built
         self._emit(Notice("info", f"{said}; {check.build.removeprefix(f'dataset {check.checked.dataset} ')}"))
         return check.runner
