@@ -90,6 +90,9 @@ class Checked:
     # The runner's build left threads, open files or child processes behind (named here): not checked, and not to
     # be forked from; the driver starts a fresh runner and checks again without sharing.
     unsafe: str = ""
+    # A torchdata.nodes graph: each node loadertop sweeps, with the arguments the user built it with, as constructor
+    # text (`ParallelMapper(num_workers=2, in_order=True, method="thread")`); empty for a Dataset.
+    graph: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
