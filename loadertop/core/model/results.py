@@ -255,6 +255,9 @@ class SweepResult:
     search_trace: tuple[SearchStep, ...] = ()
     iterable: bool = False  # the dataset is an IterableDataset (the runner's check): --ranks shards it differently
     nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes, in node rank order; empty on one node
+    # A torchdata.nodes graph's swept nodes with the arguments the user built them with (constructor text); empty
+    # for a Dataset.
+    graph: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -272,6 +275,7 @@ class SweepResult:
             "search_trace": [asdict(s) for s in self.search_trace],
             "iterable": self.iterable,
             "nodes": [n.to_dict() for n in self.nodes],
+            "graph": list(self.graph),
         }
 
     @classmethod
@@ -295,6 +299,7 @@ class SweepResult:
             search_trace=tuple(SearchStep(**s) for s in data.get("search_trace") or ()),
             iterable=data.get("iterable", False),
             nodes=tuple(NodeInfo.from_dict(n) for n in data.get("nodes") or ()),
+            graph=tuple(data.get("graph") or ()),
         )
 
 

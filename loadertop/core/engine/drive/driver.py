@@ -74,6 +74,7 @@ class Sweep:
         self._skipped = [] if only else settings.skipped_configs()
         self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
         self._loader_args: tuple[str, ...] = ()
+        self._graph: tuple[str, ...] = ()  # a torchdata.nodes graph's swept nodes (the runner's check)
         self._build: tuple[str, float | None] = ("", None)  # what was built, how long it took (dataset_check.py)
         self._shared = False  # every trial is forked from the runner's one build of the dataset
         self._same = SameFailure()  # every configuration failing the same way on the data stops the sweep
@@ -303,6 +304,7 @@ class Sweep:
             search_trace=tuple(self.planner.trace),
             iterable=self._iterable,
             loader_args=self._loader_args,
+            graph=self._graph,
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:
@@ -360,6 +362,7 @@ class Sweep:
         self._iterable, self._shared = check.checked.iterable, check.shared
         self._build = check.build, check.checked.built_s
         self._loader_args = check.checked.extra_args  # what the factory passes the DataLoader: the snippet keeps it
+        self._graph = check.checked.graph
         self.checked.set()
         said = check.checked.summary  # one line: what the dataset is, and how it was built
         self._emit(Notice("info", f"{said}; {check.build.removeprefix(f'dataset {check.checked.dataset} ')}"))
