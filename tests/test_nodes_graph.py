@@ -199,3 +199,15 @@ def test_several_batch_sizes_on_a_graph_are_refused_in_one_line(tmp_path: Path) 
     assert errors == ["loadertop: error: the torchdata.nodes graph fixes the batch size (its Batcher), so "
                       "--batch-size cannot be swept"]  # fmt: skip
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.unit
+def test_a_process_mapper_gets_the_trials_start_method_and_a_thread_mapper_none() -> None:
+    dataset = Squares(64)
+    node = ParallelMapper(SamplerWrapper(SequentialSampler(dataset)), dataset.__getitem__, num_workers=2,
+                          method="process", multiprocessing_context="forkserver")  # fmt: skip
+    mapper = chain(rebuild(node, TrialConfig(3, 32, 2, start_method="spawn")))[0]  # constructed, never started
+    assert (mapper.num_workers, mapper.method, mapper.multiprocessing_context) == (3, "process", "spawn")
+    assert chain(rebuild(node, TrialConfig(0, 32)))[0].multiprocessing_context == "forkserver"  # the user's own
+    threads = chain(rebuild(pipeline(), TrialConfig(2, 32, 2, start_method="spawn")))[3]
+    assert threads.method == "thread" and threads.multiprocessing_context is None
