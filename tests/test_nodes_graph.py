@@ -211,3 +211,22 @@ def test_a_process_mapper_gets_the_trials_start_method_and_a_thread_mapper_none(
     assert chain(rebuild(node, TrialConfig(0, 32)))[0].multiprocessing_context == "forkserver"  # the user's own
     threads = chain(rebuild(pipeline(), TrialConfig(2, 32, 2, start_method="spawn")))[3]
     assert threads.method == "thread" and threads.multiprocessing_context is None
+
+
+@pytest.mark.unit
+def test_the_check_refuses_what_a_graph_fixes_or_has_no_place_for_and_describes_the_rest() -> None:
+    from loadertop.core.trial.check import check_graph
+
+    graph = pipeline()
+    refused = {
+        "--batch-size cannot be swept": Settings(batch_sizes=(16, 32)),
+        "--pin-memory and --persistent-workers do not apply": Settings(pin_memory=(True,), persistent_workers=(True,)),
+        "--worker-threads do not apply": Settings(worker_threads=(None, 2)),
+        "drop --ranks": Settings(ranks=2),
+    }
+    for words, settings in refused.items():
+        with pytest.raises(SpecError, match=words):
+            check_graph(graph, settings, 0.0)
+    checked = check_graph(graph, Settings(dataset="tests/nodes_pipeline.py:factory"), 0.0)
+    assert checked.ok and checked.iterable and checked.length is None and checked.graph == describe(graph)
+    assert checked.summary.startswith("torchdata.nodes graph SamplerWrapper")

@@ -78,6 +78,8 @@ def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
         raise SpecError("the torchdata.nodes graph fixes the batch size (its Batcher), so --batch-size cannot be swept")
     axes = (("--pin-memory", settings.pin_memory), ("--persistent-workers", settings.persistent_workers))
     knobs = [flag for flag, values in axes if True in values]  # a graph has no DataLoader to pin or keep workers
+    if any(n is not None for n in settings.worker_threads):  # nor a worker_init_fn to set them in
+        knobs.append("--worker-threads")
     if knobs:
         raise SpecError(f"{' and '.join(knobs)} do not apply to a torchdata.nodes graph (no DataLoader): drop them")
     if settings.ranks > 1 or settings.nodes > 1:
