@@ -2,8 +2,9 @@
 
 Datasets: `synthetic[:k=v,...]`, `imagefolder:PATH[:k=v,...]`, `webdataset:PATTERN[:k=v,...]` (tar shards),
 `hf:PATH[:k=v,...]` (a Hugging Face dataset saved with save_to_disk), `package.module:callable`,
-`path/to/file.py:callable` (and `pickle:PATH[@MAIN]` from the Python API). Consumers: `package.module:callable`
-or `path/to/file.py:callable`, a `(batch) -> None` training step.
+`path/to/file.py:callable` (and `pickle:PATH[@MAIN]` from the Python API). A factory returns a Dataset, a mapping
+with `dataset` and DataLoader arguments, or a torchdata.nodes graph (its root node or a Loader). Consumers:
+`package.module:callable` or `path/to/file.py:callable`, a `(batch) -> None` training step.
 
 Loading happens in runner processes (it imports the user's code and torch). Every way a spec can be wrong raises
 SpecError with one line that names the problem.
@@ -77,6 +78,11 @@ def check_dataset(made: Any, spec: str) -> tuple[Any, dict[str, Any]]:
         if unknown:
             raise SpecError(f"dataset factory {spec} returned {', '.join(unknown)}, which DataLoader does not take")
         made = made["dataset"]
+    if _is_nodes_graph(made):  # a torchdata.nodes pipeline: its own nodes batch and collate (trial/nodes_graph.py)
+        if extra:
+            raise SpecError(f"dataset factory {spec} returned a torchdata.nodes graph with {', '.join(sorted(extra))}: "
+                            "a graph takes no DataLoader arguments; return the graph alone")  # fmt: skip
+        return made, extra
     is_sequence = hasattr(made, "__getitem__") and hasattr(made, "__len__") and not isinstance(made, str | bytes)
     if not isinstance(made, Dataset | IterableDataset) and not is_sequence:
         raise SpecError(f"dataset factory {spec} returned {type(made).__name__}, not a Dataset")
@@ -88,6 +94,17 @@ def check_dataset(made: Any, spec: str) -> tuple[Any, dict[str, Any]]:
         if size == 0:
             raise SpecError(f"dataset factory {spec} returned an empty dataset (len 0)")
     return made, extra
+
+
+def _is_nodes_graph(made: Any) -> bool:
+    """A torchdata.nodes BaseNode or Loader. Such an object means its module is loaded: nothing else imports it."""
+    if "torchdata.nodes" not in sys.modules:
+        return False
+    try:
+        from torchdata.nodes import BaseNode, Loader
+    except ImportError:
+        return False
+    return isinstance(made, BaseNode | Loader)
 
 
 def split_callable(spec: str, what: str) -> tuple[str, str]:

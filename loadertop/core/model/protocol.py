@@ -100,6 +100,9 @@ class Checked:
     # One worker of this start method (spawn when swept, else forkserver) started and given the dataset, timed.
     start_method: str | None = None
     worker_start_s: float | None = None
+    # A torchdata.nodes graph: each node loadertop sweeps, with the arguments the user built it with, as constructor
+    # text (`ParallelMapper(num_workers=2, in_order=True, method="thread")`); empty for a Dataset.
+    graph: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -271,6 +271,9 @@ class SweepResult:
     iterable: bool = False  # the dataset is an IterableDataset (the runner's check): --ranks shards it differently
     nodes: tuple[NodeInfo, ...] = ()  # a many-node sweep's nodes, in node rank order; empty on one node
     preflight: tuple[PreflightCheck, ...] = ()  # the checks before the first trial, and the first batch's forecast
+    # A torchdata.nodes graph's swept nodes with the arguments the user built them with (constructor text); empty
+    # for a Dataset.
+    graph: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -289,6 +292,7 @@ class SweepResult:
             "iterable": self.iterable,
             "nodes": [n.to_dict() for n in self.nodes],
             "preflight": [asdict(p) for p in self.preflight],
+            "graph": list(self.graph),
         }
 
     @classmethod
@@ -313,6 +317,7 @@ class SweepResult:
             iterable=data.get("iterable", False),
             nodes=tuple(NodeInfo.from_dict(n) for n in data.get("nodes") or ()),
             preflight=tuple(PreflightCheck.from_dict(p) for p in data.get("preflight") or ()),
+            graph=tuple(data.get("graph") or ()),
         )
 
 

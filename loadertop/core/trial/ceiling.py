@@ -25,8 +25,6 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
     """Measure the consumer alone, then the transport (transport.py), for each batch size and report; returns the
     process exit code."""
     try:
-        from torch.utils.data import DataLoader
-
         from loadertop.core.trial.consumer import Consumer, make_consumer
         from loadertop.core.trial.sharding import batch_rows
         from loadertop.core.trial.shared import dataset_for
@@ -42,8 +40,7 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
             return 0
         dataset, extra = dataset_for(settings)
         for bs in settings.batch_sizes:
-            loader = DataLoader(dataset, batch_size=bs, num_workers=0, pin_memory=pin, **extra)
-            batch = next(iter(loader))
+            batch = _cached_batch(dataset, extra, bs, pin)
             if idle:
                 emit(CeilingMeasured(bs, None, IDLE_NOTE))
             else:
@@ -61,6 +58,17 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
         traceback.print_exc()
         emit(Failed(describe(exc)))  # one line, as a trial says it: the sweep stops when a trial repeats it
         return 1
+
+
+def _cached_batch(dataset: Any, extra: dict[str, Any], batch_size: int, pin: bool) -> Any:
+    """One batch to step on: a 0-worker DataLoader's, or a torchdata.nodes graph's own first item."""
+    from torch.utils.data import DataLoader
+
+    from loadertop.core.trial.nodes_graph import first_item, is_graph
+
+    if is_graph(dataset):
+        return first_item(dataset)
+    return next(iter(DataLoader(dataset, batch_size=batch_size, num_workers=0, pin_memory=pin, **extra)))
 
 
 def _what(consumer: Any, settings: Settings) -> str:

@@ -17,6 +17,7 @@ from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS, bad_data
 from loadertop.core.model.arg_text import loader_arg_texts
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest, Emit
+from loadertop.core.trial.nodes_graph import is_graph
 from loadertop.core.trial.preflight import Pickled, measure_pickle, measure_start, tensor_bytes, unpicklable_path
 from loadertop.core.trial.shared import dataset_for, shared
 
@@ -31,6 +32,9 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         dataset, extra = dataset_for(settings)
         build = shared()
         built_s = build.seconds if build is not None and not build.unsafe else time.perf_counter() - start
+        if is_graph(dataset):
+            emit(check_graph(dataset, settings, built_s))
+            return 0
         methods = set(request.start_methods)
         pickled, started = None, None
         if methods & {"spawn", "forkserver"}:
@@ -69,6 +73,35 @@ def checked(dataset: Any, extra: dict[str, Any], iterable: bool, built_s: float)
     return Checked(
         True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary, texts, built_s, mb
     )
+
+
+def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
+    """A torchdata.nodes graph: the knobs a graph fixes or has no place for are refused, and one item goes through
+    the graph as built (this process is forked: the runner's graph stays unstarted)."""
+    from loadertop.core.trial.crashes import describe as describe_error
+    from loadertop.core.trial.nodes_graph import describe, first_item, summary
+
+    if len(settings.batch_sizes) > 1:
+        raise SpecError("the torchdata.nodes graph fixes the batch size (its Batcher), so --batch-size cannot be swept")
+    axes = (("--pin-memory", settings.pin_memory), ("--persistent-workers", settings.persistent_workers))
+    knobs = [flag for flag, values in axes if True in values]  # a graph has no DataLoader to pin or keep workers
+    if any(n is not None for n in settings.worker_threads):  # nor a worker_init_fn to set them in
+        knobs.append("--worker-threads")
+    if knobs:
+        raise SpecError(f"{' and '.join(knobs)} do not apply to a torchdata.nodes graph (no DataLoader): drop them")
+    if settings.ranks > 1 or settings.nodes > 1:
+        raise SpecError("a torchdata.nodes graph is swept on one rank: drop --ranks")
+    check_settings(settings, {})  # the consumer
+    try:
+        first_item(graph)
+    except StopIteration:
+        raise SpecError(f"the torchdata.nodes graph of {settings.dataset} yields nothing") from None
+    except Exception as exc:
+        raise SpecError(bad_data(describe_error(exc), FIRST_BATCH_FAILS)) from exc
+    build = shared()
+    mb = build.mb if build is not None and not build.unsafe else None
+    name = type(graph).__name__
+    return Checked(True, None, name, None, True, (), summary(graph), (), built_s, mb, graph=describe(graph))
 
 
 def check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> Pickled:

@@ -81,6 +81,7 @@ class Sweep:
         self._skipped = [] if only else settings.skipped_configs()
         self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
         self._loader_args: tuple[str, ...] = ()
+        self._graph: tuple[str, ...] = ()  # a torchdata.nodes graph's swept nodes (the runner's check)
         self._build: tuple[str, float | None] = ("", None)  # what was built, how long it took (dataset_check.py)
         self._shared = False  # every trial is forked from the runner's one build of the dataset
         self._same = SameFailure()  # every configuration failing the same way on the data stops the sweep
@@ -311,6 +312,7 @@ class Sweep:
             search_trace=tuple(self.planner.trace),
             iterable=self._iterable,
             loader_args=self._loader_args,
+            graph=self._graph,
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:
@@ -403,6 +405,7 @@ class Sweep:
         self._build = check.build, check.checked.built_s
         self._checked = check.checked
         self._loader_args = check.checked.extra_args  # what the factory passes the DataLoader: the snippet keeps it
+        self._graph = check.checked.graph
         said = check.checked.summary  # one line: what the dataset is, and how it was built
         self._emit(Notice("info", f"{said}; {check.build.removeprefix(f'dataset {check.checked.dataset} ')}"))
         return check.runner

@@ -120,7 +120,8 @@ def markdown(result: SweepResult, previous: SweepResult | None = None) -> str:
         parts.append(markdown_nodes(report))
     if result.recommendation:
         r = result.recommendation
-        parts.append(f"**Use:** `{r.snippet}`\n\n{r.reason}\n")
+        use = f"`{r.snippet}`" if "\n" not in r.snippet else f"\n\n```python\n{r.snippet}\n```"  # a graph's lines
+        parts.append(f"**Use:** {use}\n\n{r.reason}\n")
     if result.knee:
         parts.append(f"**Knee:** {result.knee.reason}\n")
     return "\n".join(parts)

@@ -12,7 +12,7 @@ from loadertop.core.engine.verdict.analysis import analyze, rule_notes
 from loadertop.core.engine.verdict.knee import worker_curve
 from loadertop.core.engine.verdict.reasons import annotate, has_cuda
 from loadertop.core.engine.verdict.rerun import Evidence, fold_rerun
-from loadertop.core.engine.verdict.snippet import UserArgs, snippet
+from loadertop.core.engine.verdict.snippet import UserArgs, graph_snippet, snippet
 from loadertop.core.engine.verdict.stops import last_stop
 from loadertop.core.engine.verdict.usl import fit_curve
 from loadertop.core.model.config import Settings
@@ -35,14 +35,27 @@ def conclude(
     iterable: bool = False,
     loader_args: tuple[str, ...] = (),
     rerun_of: SweepResult | None = None,
+    graph: tuple[str, ...] = (),
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
     the same configurations and the whole table is judged again (engine/verdict/rerun.py). `loader_args`: the DataLoader
-    arguments the dataset factory returned, as "name=text" (the snippet keeps them)."""
+    arguments the dataset factory returned, as "name=text" (the snippet keeps them). `graph`: a torchdata.nodes
+    graph's swept nodes as the runner's check described them (the snippet is then their constructor lines)."""
     evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
     if rerun_of is not None:
         evidence = fold_rerun(rerun_of, evidence)
-    return _judge(evidence, machine, loader_args)
+    conclusion = _judge(evidence, machine, loader_args)
+    return _as_graph(conclusion, graph, machine) if graph else conclusion
+
+
+def _as_graph(conclusion: Conclusion, graph: tuple[str, ...], machine: MachineInfo) -> Conclusion:
+    """A torchdata.nodes graph's result: its swept nodes kept, and the snippet is their constructor lines."""
+    result = dataclasses.replace(conclusion.result, graph=graph)
+    rec = result.recommendation
+    if rec is not None:
+        pasted = graph_snippet(graph, rec.config, machine.default_start_method)
+        result = dataclasses.replace(result, recommendation=dataclasses.replace(rec, snippet=pasted))
+    return dataclasses.replace(conclusion, result=result)
 
 
 def _judge(evidence: Evidence, machine: MachineInfo, loader_args: tuple[str, ...] = ()) -> Conclusion:

@@ -3,7 +3,8 @@
 Built from plain data (each argument's name and its source text, in the user's order), so the engine never needs the
 loader or torch: the training job's side reads them from a live DataLoader (job/resume.py `user_args`), the runner
 from what a dataset factory returned. A template would drop what the user set (shuffle, drop_last, collate_fn):
-pasting it would change their training without a word."""
+pasting it would change their training without a word. A torchdata.nodes graph gets its swept nodes' constructor
+lines instead (`graph_snippet`): it has no DataLoader."""
 
 from __future__ import annotations
 
@@ -93,3 +94,46 @@ def knob_args(config: TrialConfig, default_start_method: str) -> dict[str, str]:
         if config.worker_threads is not None:  # needs `import loadertop`; it chains no worker_init_fn of yours
             out["worker_init_fn"] = f"loadertop.set_worker_threads({config.worker_threads})"
     return out
+
+
+def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_method: str) -> str:
+    """A torchdata.nodes graph's lines to paste, one per swept node in pipeline order: `graph` holds each node as the
+    user built it (`ParallelMapper(num_workers=2, in_order=True, method="thread")`, from the runner's check), and the
+    measured configuration replaces what loadertop swept. Every swept mapper gets the same values, as measured."""
+    lines = []
+    for text in graph:
+        name, args = parse_node(text)
+        if name == "Prefetcher":
+            factor = config.prefetch_factor or args.get("prefetch_factor", str(DEFAULT_PREFETCH))
+            lines.append(f"Prefetcher(source, prefetch_factor={factor})")
+            continue
+        lines.append(f"ParallelMapper(source, map_fn, {', '.join(_mapper_args(args, config, default_start_method))})")
+    return "\n".join(lines)
+
+
+def _mapper_args(args: dict[str, str], config: TrialConfig, default_start_method: str) -> list[str]:
+    """A swept ParallelMapper's arguments at the measured values; the user's others (max_concurrent, prebatch)
+    kept, max_concurrent held under num_workers as torchdata requires."""
+    method = getattr(config, "worker_method", None) or args.get("method", '"thread"').strip('"')
+    out = [f"num_workers={config.num_workers}"]
+    if not config.in_order:
+        out.append("in_order=False")
+    out.append(f'method="{method}"')
+    context = args.get("multiprocessing_context")
+    if method == "process" and config.start_method and (context or config.start_method != default_start_method):
+        context = f'"{config.start_method}"'
+    if method == "process" and context:
+        out.append(f"multiprocessing_context={context}")
+    limit = args.get("max_concurrent")
+    if limit is not None and limit.isdigit() and config.num_workers > 0:
+        limit = str(min(int(limit), config.num_workers))
+    out += [f"{k}={v}" for k, v in (("max_concurrent", limit), ("prebatch", args.get("prebatch"))) if v is not None]
+    return out
+
+
+def parse_node(text: str) -> tuple[str, dict[str, str]]:
+    """`Name(a=1, b="x")` into ("Name", {"a": "1", "b": '"x"'}): the runner's description of a graph's node (its
+    values are literals without commas: numbers, booleans, quoted names)."""
+    name, _, rest = text.partition("(")
+    pairs = (part.partition("=") for part in rest.rstrip(")").split(", ") if part)
+    return name, {key.strip(): value.strip() for key, _, value in pairs}
