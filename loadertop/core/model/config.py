@@ -69,7 +69,9 @@ class TrialConfig:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-Kind = Literal["text", "pairs", "workers", "ints", "bools", "methods", "words", "number", "count", "choice", "flag", "size"]
+Kind = Literal[
+    "text", "pairs", "workers", "ints", "bools", "methods", "words", "number", "count", "choice", "flag", "size"
+]
 
 
 @dataclass(frozen=True)
