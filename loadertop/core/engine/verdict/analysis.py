@@ -59,7 +59,7 @@ def analyze(
     same, close = equivalence(rec, best, curve, noise)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
-    method = method_phrase(rec, ok, machine.usable_cpus, gil_enabled())  # thread vs process workers, as measured
+    method = method_phrase(rec, ok, machine.usable_cpus, gil_enabled(), tol)  # thread vs process workers, as measured
     notes = [note for note in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, over, method) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:

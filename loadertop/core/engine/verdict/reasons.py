@@ -82,7 +82,7 @@ def trial_reason(
     over = oversubscribed(trial, machine, cpu_step, measured, tolerance)
     if over:
         phrase += f", {over}"
-    method = method_phrase(trial, measured, machine.usable_cpus, gil_enabled())
+    method = method_phrase(trial, measured, machine.usable_cpus, gil_enabled(), tolerance)
     if method:
         phrase += f"; {method}"
     if ceiling and trial.samples_per_s is not None:
@@ -126,7 +126,9 @@ def bound_phrase(trial: TrialResult, machine: MachineInfo) -> str:
     if b.kind == CONSUMER_BOUND:
         return f"consumer-bound (stall {stall})"
     if b.kind == MAIN_BOUND:
-        doing = "loading in the training process" if trial.config.num_workers == 0 else "receiving and collating"
+        # Thread workers load inside the training process: its CPU is theirs, one process under one GIL.
+        inside = trial.config.num_workers == 0 or trial.config.worker_method == "thread"
+        doing = "loading in the training process" if inside else "receiving and collating"
         return f"main-process-bound ({doing} at {b.main_cpu:.0f}% CPU, stall {stall})"
     if b.kind == IO_BOUND and b.per_worker is not None:
         return f"I/O-bound ({of}, workers at {b.per_worker:.0f}% CPU each)"
