@@ -336,6 +336,11 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
             f"consumer-bound: the training loop waits for data {pct(b.stall)} of the time at "
             f"{workers(nw)}; more workers only add memory; {tail}"
         )
+    if b.kind == MAIN_BOUND and rec.config.worker_method == "thread":  # its threads load in that one process
+        return (
+            f"main-process-bound: the training process, its {workers(nw).replace('worker', 'thread worker')} "
+            f"included, is at {b.main_cpu or 0:.0f}% CPU; more threads cannot help; {tail}"
+        )
     if b.kind == MAIN_BOUND:
         return (
             f"main-process-bound: the training process is at {b.main_cpu or 0:.0f}% CPU receiving and "
