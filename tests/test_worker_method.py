@@ -159,3 +159,15 @@ def test_thread_workers_are_never_transport_bound_and_load_in_the_training_proce
     assert transport_share(threads, [ceiling], 0.05) is None  # threads do not use them
     machine = MachineInfo("host", "linux", "3.12", "2.6", 4, 4, None, 8192.0, 4096.0, None, None, "fork")
     assert "main-process-bound (loading in the training process at 97% CPU" in bound_phrase(threads, machine)
+
+
+def test_an_iterable_dataset_with_thread_workers_is_refused_in_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "loadertop", "--headless", "--dataset", "tests/data/iterables.py:sharded",
+         "--worker-method", "process,thread", "--workers", "2", "--trial-seconds", "1"],
+        capture_output=True, text=True, timeout=120, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "loadertop: error: --worker-method thread takes map-style datasets only; this one is an IterableDataset"
+    ]

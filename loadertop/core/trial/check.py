@@ -36,6 +36,7 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         if settings.ranks == 1 and settings.nodes == 1:  # a rank's data is read by its rank, never by the check
             check_first_batch(dataset, extra, settings)
         check_settings(settings, extra)
+        check_threads(settings, extra, iterable)
         emit(checked(dataset, extra, iterable, built_s))
         return 0
     except SpecError as exc:
@@ -111,6 +112,19 @@ def check_first_batch(dataset: Any, extra: dict[str, Any], settings: Settings) -
         return  # drop_last on a dataset smaller than the batch: the trials say what they find
     except Exception as exc:
         raise SpecError(bad_data(describe(exc), FIRST_BATCH_FAILS)) from exc
+
+
+def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool) -> None:
+    """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour."""
+    from loadertop.core.trial.nodes_loader import HONOURED
+
+    if "thread" not in settings.worker_methods:
+        return
+    if iterable:
+        raise SpecError("--worker-method thread takes map-style datasets only; this one is an IterableDataset")
+    unknown = sorted(set(extra) - set(HONOURED) - {"shuffle", "generator"})
+    if unknown:
+        raise SpecError(f"--worker-method thread: the dataset factory's {unknown[0]} has no torchdata.nodes equivalent")
 
 
 def check_settings(settings: Settings, extra: dict[str, Any]) -> None:
