@@ -171,3 +171,22 @@ def test_an_iterable_dataset_with_thread_workers_is_refused_in_one_line() -> Non
     assert done.stderr.strip().splitlines() == [
         "loadertop: error: --worker-method thread takes map-style datasets only; this one is an IterableDataset"
     ]
+
+
+@pytest.mark.unit
+def test_the_adaptive_search_tries_thread_workers_at_its_choice() -> None:
+    from loadertop.core.engine.search.adaptive import AdaptivePlanner
+    from loadertop.core.model.results import MachineInfo
+
+    settings = Settings(workers=(0, 1, 2, 3, 4), start_methods=("fork",), worker_methods=("process", "thread"),
+                        persistent_workers=(True,), search="adaptive")  # fmt: skip
+    planner = AdaptivePlanner(settings)
+    planner.setup(MachineInfo("h", "linux", "3.12", "2.6", 2, 2, None, 8192.0, 4096.0, None, None, "fork"), ())
+    done: list[TrialResult] = []
+    while (config := planner.next(done)) is not None and len(done) < 30:
+        rate = 100.0 * min(config.num_workers, 2) + (50.0 if config.worker_method == "thread" else 0.0) + 100.0
+        done.append(TrialResult(index=len(done), config=config, status="ok", samples_per_s=rate, spread=0.02,
+                                stable=True, blocks=5, cpu_percent=150.0, stall_fraction=0.9))  # fmt: skip
+    threads = [t.config for t in done if t.config.worker_method == "thread"]
+    assert threads and all(c.persistent_workers is False and c.start_method is None for c in threads)
+    assert any("try worker_method=thread" in s.message for s in planner.trace)
