@@ -98,7 +98,7 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
                 spec.update(action="store_const", const=opt.const)
             else:
                 spec.update(metavar=opt.metavar, action="append" if opt.kind == "pairs" else "store")
-            if opt.choices:
+            if opt.choices and opt.kind == "choice":  # a list of words is checked by build_settings
                 spec["choices"] = opt.choices
             group.add_argument(flag, **spec)
 

@@ -94,6 +94,7 @@ API_TYPES = {
     "ints": "Ints",
     "bools": "Bools",
     "methods": "str | Iterable[str]",
+    "words": "str | Iterable[str]",
     "number": "float",
     "count": "int",
     "flag": "bool",

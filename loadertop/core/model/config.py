@@ -38,6 +38,8 @@ class TrialConfig:
     start_method: str | None = None
     in_order: bool = True  # DataLoader(in_order=...), torch >= 2.6; False lets a fast worker overtake a slow one
     worker_threads: int | None = None  # torch.set_num_threads(n) in each worker; None: torch's default there (1)
+    # "process": the DataLoader's own worker processes; "thread": torchdata.nodes threads in the trial process
+    worker_method: str = "process"
 
     def label(self) -> str:
         # Knobs that need workers are shown whenever set: a skipped 0-worker combination must read differently
@@ -55,6 +57,8 @@ class TrialConfig:
             parts.append("unordered")
         if self.worker_threads is not None:
             parts.append(f"th={self.worker_threads}")
+        if self.worker_method != "process":
+            parts.append(self.worker_method)
         return " ".join(parts)
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,7 +69,9 @@ class TrialConfig:
         return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
 
 
-Kind = Literal["text", "pairs", "workers", "ints", "bools", "methods", "number", "count", "choice", "flag", "size"]
+Kind = Literal[
+    "text", "pairs", "workers", "ints", "bools", "methods", "words", "number", "count", "choice", "flag", "size"
+]
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ def option(flag: str | None, help: str, kind: Kind, **more: Any) -> dict[str, Op
 
 
 _HOW = "how to measure"
+WORKER_METHODS = ("process", "thread")
 
 
 @dataclass(frozen=True)
@@ -131,6 +138,10 @@ class Settings:
     worker_threads: tuple[int | None, ...] = field(default=(None,), metadata=option(
         "--worker-threads", "intra-op threads per worker, torch.set_num_threads(n) in worker_init_fn, e.g. 1,2,4 "
         "(default: torch's own in workers, 1)", "ints", metavar="LIST", low=1))
+    worker_methods: tuple[str, ...] = field(default=("process",), metadata=option(
+        "--worker-method", "process,thread: the DataLoader's worker processes (default) or torchdata.nodes thread "
+        "workers (pip install \"loadertop[nodes]\")", "words", key="worker_method", metavar="LIST",
+        choices=WORKER_METHODS))
     step_ms: float = field(default=0.0, metadata=option(
         "--step-ms", "emulated training step per batch (CUDA: copy + kernel; CPU: sleep)", "number", metavar="MS",
         zero_ok=True))
@@ -220,11 +231,15 @@ class Settings:
         """
         seen: dict[TrialConfig, None] = {}
         for bs, pf, pin, persist, method, order, threads, nw in self._product():
-            if nw == 0:
-                config = TrialConfig(0, bs, None, pin, False, None, True)
-            else:
-                config = TrialConfig(nw, bs, pf, pin, persist, method, order, threads)
-            seen.setdefault(config, None)
+            if nw == 0:  # no workers of either kind: the same loader, measured once
+                seen.setdefault(TrialConfig(0, bs, None, pin, False, None, True), None)
+                continue
+            for how in self.worker_methods:
+                if how == "thread":  # threads share the process: no start method, no persistence, no set_num_threads
+                    config = TrialConfig(nw, bs, pf, pin, False, None, order, None, "thread")
+                else:
+                    config = TrialConfig(nw, bs, pf, pin, persist, method, order, threads)
+                seen.setdefault(config, None)
         return list(seen)
 
     def skipped_configs(self) -> list[tuple[TrialConfig, str]]:

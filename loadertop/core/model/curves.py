@@ -14,11 +14,12 @@ def curve_key(config: TrialConfig) -> TrialConfig:
 
 def family_key(config: TrialConfig) -> TrialConfig:
     """What a curve shares with its 0-worker origin: the knobs that apply without workers (batch size, pinning,
-    order). A 0-worker configuration has no prefetch, persistence, start method or worker threads, so it starts
-    every curve of its family."""
+    order). A 0-worker configuration has no prefetch, persistence, start method, worker threads or worker method
+    (it is the same loader for process and thread workers), so it starts every curve of its family."""
     return replace(
-        config, num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None, worker_threads=None
-    )
+        config, num_workers=0, prefetch_factor=None, persistent_workers=False, start_method=None, worker_threads=None,
+        worker_method="process",
+    )  # fmt: skip
 
 
 def on_curve(config: TrialConfig, key: TrialConfig) -> bool:

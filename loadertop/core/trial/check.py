@@ -46,6 +46,7 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         if settings.ranks == 1 and settings.nodes == 1:  # a rank's data is read by its rank, never by the check
             batch = check_first_batch(dataset, extra, settings)
         check_settings(settings, extra)
+        check_threads(settings, extra, iterable)
         answer = checked(dataset, extra, iterable, built_s)
         emit(dataclasses.replace(answer, **preflight_fields(batch, pickled, started)))
         return 0
@@ -87,6 +88,8 @@ def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
     knobs = [flag for flag, values in axes if True in values]  # a graph has no DataLoader to pin or keep workers
     if any(n is not None for n in settings.worker_threads):  # nor a worker_init_fn to set them in
         knobs.append("--worker-threads")
+    if settings.worker_methods != ("process",):  # its ParallelMappers keep their own method
+        knobs.append("--worker-method")
     if knobs:
         raise SpecError(f"{' and '.join(knobs)} do not apply to a torchdata.nodes graph (no DataLoader): drop them")
     if settings.ranks > 1 or settings.nodes > 1:
@@ -172,6 +175,19 @@ def check_first_batch(dataset: Any, extra: dict[str, Any], settings: Settings) -
     except Exception as exc:
         raise SpecError(bad_data(describe(exc), FIRST_BATCH_FAILS)) from exc
     return tensor_bytes(batch), samples
+
+
+def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool) -> None:
+    """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour."""
+    from loadertop.core.trial.nodes_loader import HONOURED
+
+    if "thread" not in settings.worker_methods:
+        return
+    if iterable:
+        raise SpecError("--worker-method thread takes map-style datasets only; this one is an IterableDataset")
+    unknown = sorted(set(extra) - set(HONOURED) - {"shuffle", "generator"})
+    if unknown:
+        raise SpecError(f"--worker-method thread: the dataset factory's {unknown[0]} has no torchdata.nodes equivalent")
 
 
 def check_settings(settings: Settings, extra: dict[str, Any]) -> None:

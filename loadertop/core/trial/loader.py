@@ -79,6 +79,8 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
     iterable = isinstance(dataset, IterableDataset)
     control: EpochControl | None = None
     batch_size: int | None = config.batch_size
+    if config.worker_method == "thread":
+        return _threads(dataset, kwargs, settings, config, (rank, world), extra)
     if not iterable:
         control, batch_size = _sampling(dataset, kwargs, settings, config, rank, world)
     if config.num_workers > 0:
@@ -108,6 +110,21 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
         **kwargs,
     )
     return Built(loader, control, iterable, tuple(sorted(extra)))
+
+
+def _threads(
+    dataset: Any, kwargs: dict[str, Any], settings: Settings, config: TrialConfig, where: tuple[int, int],
+    extra: dict[str, Any],
+) -> Built:
+    """Thread workers (trial/nodes_loader.py): map-style datasets only, the same sampler and EpochControl."""
+    from torch.utils.data import IterableDataset
+
+    from loadertop.core.trial.nodes_loader import build_thread_loader
+
+    if isinstance(dataset, IterableDataset):
+        raise SpecError("thread workers take map-style datasets only; use --worker-method process here")
+    control, _ = _sampling(dataset, kwargs, settings, config, *where)
+    return Built(build_thread_loader(dataset, kwargs, config), control, False, tuple(sorted(extra)))
 
 
 def _sampling(

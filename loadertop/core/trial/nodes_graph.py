@@ -124,10 +124,10 @@ def _text(value: Any) -> str:
 
 
 def method_for(config: TrialConfig, node: Any) -> str:
-    """The ParallelMapper's method for this trial: the graph's own, unless the configuration names one (the one
-    place a `worker_method` axis overrides it)."""
-    method = getattr(config, "worker_method", None)
-    return str(method) if method else str(node.method)
+    """The ParallelMapper's method for this trial: the graph's own (--worker-method is refused on a graph: its
+    default, process, would otherwise turn every thread mapper into processes)."""
+    del config  # the one place a method axis for graphs would go
+    return str(node.method)
 
 
 def rebuild(graph: Any, config: TrialConfig) -> Any:

@@ -35,6 +35,7 @@ class SweepOptions(TypedDict, total=False):
     start_method: str | Iterable[str]  # "fork,spawn" or ["fork", "spawn"]
     in_order: Bools
     worker_threads: Ints
+    worker_method: str | Iterable[str]  # "process,thread" or ["process", "thread"]
     step_ms: float
     consumer: str
     ranks: int

@@ -48,9 +48,23 @@ def build_settings(given: Mapping[str, Any]) -> Settings:
     if settings.consumer and settings.step_ms:
         raise UsageError("--consumer runs your own step; drop --step-ms (it emulates one)")
     parse_mem_floor(settings.mem_floor, memory_total_mb())  # one line now rather than a traceback later
+    if "thread" in settings.worker_methods:
+        need_nodes()
     if workers == "auto":  # workers are per rank: each rank gets its share of the CPUs
         workers = auto_counts(max(1, usable_cpus() // settings.ranks), settings.search)
     return dataclasses.replace(settings, workers=workers)
+
+
+def need_nodes() -> None:
+    """Thread workers run through torchdata.nodes, the `nodes` extra: one line when it is not installed."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torchdata.nodes") is not None
+    except (ImportError, ValueError):  # torchdata itself missing (or None in sys.modules)
+        found = False
+    if not found:
+        raise UsageError('--worker-method thread needs torchdata.nodes: pip install "loadertop[nodes]"')
 
 
 def read(opt: Option, value: Any) -> Any:
@@ -118,6 +132,17 @@ def _methods(opt: Option, flag: str, value: Any) -> tuple[str, ...]:
     return parse_start_methods(value if isinstance(value, str) else ",".join(map(str, _items(value))))
 
 
+def _words(opt: Option, flag: str, value: Any) -> tuple[str, ...]:
+    out: list[str] = []
+    for part in (value.split(",") if isinstance(value, str) else _items(value)):
+        word = str(part).strip()
+        if word not in opt.choices:
+            raise UsageError(f"{flag} {value!r}: {word!r} is not one of {', '.join(opt.choices)}")
+        if word not in out:
+            out.append(word)
+    return tuple(out)
+
+
 def _flag(opt: Option, flag: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise UsageError(f"{opt.key} {value!r}: expected True or False")
@@ -168,6 +193,7 @@ _READERS: dict[str, Callable[[Option, str, Any], Any]] = {
     "ints": _ints,
     "bools": _bools,
     "methods": _methods,
+    "words": _words,
     "flag": _flag,
     "count": _count,
     "number": _number,

@@ -49,6 +49,7 @@ CSV_COLUMNS = [
     "main_threads",
     "node_samples_per_s",  # many nodes: each node's samples/s, node 0 first, space-separated
     "slowest_rank",
+    "worker_method",  # process (the DataLoader's) or thread (torchdata.nodes); older results: process
 ]
 
 

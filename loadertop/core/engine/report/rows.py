@@ -56,6 +56,10 @@ FOOTNOTE = (
     "after an epoch boundary: that burst is the epoch column, the wait from an epoch's last batch to the next one's "
     "first. CPU: percent of one CPU."
 )
+THREADS_FOOTNOTE = (
+    "start thread: torchdata.nodes thread workers inside the training process; there are no worker processes, so "
+    "USS/wkr is empty and PSS is the training process's alone."
+)
 NODES_FOOTNOTE = (
     "Many nodes: samples/s is the job's as DDP sees it, every rank paced by the slowest (ranks × the slowest rank's "
     "samples/s); per node: each node's own samples/s, node 0 first; stall and p50/p99 are the worst node's."
@@ -70,8 +74,9 @@ def config_cells(c: TrialConfig) -> dict[str, str]:
         "prefetch": NONE if c.prefetch_factor is None else str(c.prefetch_factor),
         "pin": "on" if c.pin_memory else "off",
         "persist": "on" if c.persistent_workers else "off",
-        # Order and worker threads ride on the start cell, only when set: the TUI's table keeps its width.
-        "start": (c.start_method or NONE)
+        # Thread workers, order and worker threads ride on the start cell, only when set: the TUI's table keeps
+        # its width. Thread workers have no start method: the cell says "thread" instead.
+        "start": ("thread" if c.worker_method == "thread" else (c.start_method or NONE))
         + ("" if c.in_order else " unordered")
         + ("" if c.worker_threads is None else f" th={c.worker_threads}"),
     }
@@ -256,6 +261,8 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
         )
     many = any(row.nodes for row in rows)
     footnote = f"{FOOTNOTE} {NODES_FOOTNOTE}" if many else FOOTNOTE
+    if any(r.config.worker_method == "thread" for r in rows):
+        footnote = f"{footnote} {THREADS_FOOTNOTE}"
     return Report(tuple(rows), compared=previous is not None, nodes=result.nodes, footnote=footnote)
 
 

@@ -35,6 +35,7 @@ from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, Trial
 
 # A search cannot beat measuring everything when there is this little to measure (a climb and one repeat).
 SMALL_SPACE = 4
+PROCESS_ONLY = {"start_method", "persistent_workers", "worker_threads"}  # knobs thread workers do not have
 # Share of the memory we may use (MemAvailable, or the cgroup's headroom if tighter) that the loader may take:
 # the training process needs the rest for the model, optimizer state and its own batches.
 MEMORY_BUDGET_FRACTION = 0.5
@@ -308,12 +309,14 @@ class AdaptivePlanner:
             if chosen is None:
                 raise SearchOver
             base = chosen[1].config
+            # Thread workers have no start method, persistence or worker threads: the other knobs must match.
+            skip = {name} | (PROCESS_ONLY if name == "worker_method" else set())
             alternatives = [
                 c
                 for c in self.space
                 if c.num_workers == base.num_workers
                 and getattr(c, name) != getattr(base, name)
-                and all(getattr(c, k) == getattr(base, k) for k in names if k != name)
+                and all(getattr(c, k) == getattr(base, k) for k in names if k not in skip)
                 and not self._measured(c)
             ]
             for alt in alternatives:

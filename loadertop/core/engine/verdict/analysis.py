@@ -19,6 +19,7 @@ from loadertop.core.engine.verdict.bound import (
     bound_of,
 )
 from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
+from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.reasons import bound_phrase, epoch_bound, has_cuda, oversubscribed
 from loadertop.core.engine.verdict.snippet import snippet
 from loadertop.core.engine.verdict.stops import stop_clause
@@ -58,7 +59,8 @@ def analyze(
     same, close = equivalence(rec, best, curve, noise)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
-    notes = [note for note in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, over) if note]
+    method = method_phrase(rec, ok, machine.usable_cpus, gil_enabled(), tol)  # thread vs process workers, as measured
+    notes = [note for note in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, over, method) if note]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
@@ -341,6 +343,11 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
         return (
             f"consumer-bound: the training loop waits for data {pct(b.stall)} of the time at "
             f"{workers(nw)}; more workers only add memory; {tail}"
+        )
+    if b.kind == MAIN_BOUND and rec.config.worker_method == "thread":  # its threads load in that one process
+        return (
+            f"main-process-bound: the training process, its {workers(nw).replace('worker', 'thread worker')} "
+            f"included, is at {b.main_cpu or 0:.0f}% CPU; more threads cannot help; {tail}"
         )
     if b.kind == MAIN_BOUND:
         return (

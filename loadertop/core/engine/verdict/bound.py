@@ -69,9 +69,9 @@ def per_worker_cpu(t: TrialResult) -> float | None:
 
 def _loading_cpu(t: TrialResult) -> float:
     """The CPU of the processes that load: the workers (everything but the main process), or with 0 workers the
-    training process."""
+    training process. Thread workers load inside the training process: all of its CPU is theirs."""
     total = t.cpu_percent or 0.0
-    if t.config.num_workers == 0:
+    if t.config.num_workers == 0 or t.config.worker_method == "thread":
         return t.main_cpu_percent if t.main_cpu_percent is not None else total
     return max(0.0, total - t.main_cpu_percent) if t.main_cpu_percent is not None else total
 

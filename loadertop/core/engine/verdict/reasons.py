@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from loadertop.core.engine.verdict.band import merge_repeats, noise_band
 from loadertop.core.engine.verdict.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of
+from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_phrase
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
@@ -81,6 +82,9 @@ def trial_reason(
     over = oversubscribed(trial, machine, cpu_step, measured, tolerance)
     if over:
         phrase += f", {over}"
+    method = method_phrase(trial, measured, machine.usable_cpus, gil_enabled(), tolerance)
+    if method:
+        phrase += f"; {method}"
     if ceiling and trial.samples_per_s is not None:
         phrase += f", {pct(trial.samples_per_s / ceiling)} of ceiling"
     if peak_samples_per_s and trial.samples_per_s is not None:
@@ -122,7 +126,9 @@ def bound_phrase(trial: TrialResult, machine: MachineInfo) -> str:
     if b.kind == CONSUMER_BOUND:
         return f"consumer-bound (stall {stall})"
     if b.kind == MAIN_BOUND:
-        doing = "loading in the training process" if trial.config.num_workers == 0 else "receiving and collating"
+        # Thread workers load inside the training process: its CPU is theirs, one process under one GIL.
+        inside = trial.config.num_workers == 0 or trial.config.worker_method == "thread"
+        doing = "loading in the training process" if inside else "receiving and collating"
         return f"main-process-bound ({doing} at {b.main_cpu:.0f}% CPU, stall {stall})"
     if b.kind == IO_BOUND and b.per_worker is not None:
         return f"I/O-bound ({of}, workers at {b.per_worker:.0f}% CPU each)"

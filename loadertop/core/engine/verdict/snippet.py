@@ -46,6 +46,8 @@ def snippet(
     the value did not change), then the knobs they had not set; knobs at their default are left out. `extra`
     arguments (such as a DistributedSampler with --ranks) go after batch_size and replace the user's of that name."""
     user = user or UserArgs()
+    if config.worker_method == "thread":
+        return nodes_snippet(config, user)
     given = dict(user.args)
     knobs = knob_args(config, default_start_method)
     mine = knob_args(user.config, default_start_method) if user.config is not None else {}
@@ -72,6 +74,27 @@ def snippet(
         args.append(f"{name}={text}")
     args += [f"{name}={text}" for name, text in knobs.items() if name not in placed]
     return f"DataLoader({', '.join(args)})"
+
+
+def nodes_snippet(config: TrialConfig, user: UserArgs) -> str:
+    """Thread workers: the torchdata.nodes chain loadertop measured (trial/nodes_loader.py), as one expression
+    (`from torchdata import nodes`). The user's sampler, collate_fn and drop_last are kept as they wrote them."""
+    given = dict(user.args)
+    shuffled = given.get("shuffle", "False") not in ("False", "0")
+    sampler = given.get("sampler") or ("RandomSampler(dataset)" if shuffled else "SequentialSampler(dataset)")
+    if "batch_sampler" in given:
+        node = f"nodes.SamplerWrapper({given['batch_sampler']})"
+    else:
+        drop = given.get("drop_last", "False")
+        node = f"nodes.Batcher(nodes.SamplerWrapper({sampler}), batch_size={config.batch_size}, drop_last={drop})"
+    collate = given.get("collate_fn", "default_collate")
+    order = "" if config.in_order else ", in_order=False"
+    node = (f"nodes.ParallelMapper({node}, map_fn=lambda idx: {collate}([dataset[i] for i in idx]), "
+            f"num_workers={config.num_workers}, method=\"thread\"{order})")  # fmt: skip
+    if config.pin_memory:
+        node = f"nodes.PinMemory({node})"
+    in_flight = (config.prefetch_factor or DEFAULT_PREFETCH) * config.num_workers
+    return f"nodes.Loader(nodes.Prefetcher({node}, prefetch_factor={in_flight}))"
 
 
 def knob_args(config: TrialConfig, default_start_method: str) -> dict[str, str]:
@@ -114,7 +137,7 @@ def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_metho
 def _mapper_args(args: dict[str, str], config: TrialConfig, default_start_method: str) -> list[str]:
     """A swept ParallelMapper's arguments at the measured values; the user's others (max_concurrent, prebatch)
     kept, max_concurrent held under num_workers as torchdata requires."""
-    method = getattr(config, "worker_method", None) or args.get("method", '"thread"').strip('"')
+    method = args.get("method", '"thread"').strip('"')  # the graph's own (trial/nodes_graph.py method_for)
     out = [f"num_workers={config.num_workers}"]
     if not config.in_order:
         out.append("in_order=False")

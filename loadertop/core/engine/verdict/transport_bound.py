@@ -34,9 +34,12 @@ def transport_at(ceilings: Sequence[Ceiling], config: TrialConfig, num_workers: 
 
 
 def transport_share(trial: TrialResult, ceilings: Sequence[Ceiling], tolerance: float) -> tuple[Ceiling, float] | None:
-    """(the ceiling, the trial's share of it) when the trial, with workers, is transport-bound; else None."""
+    """(the ceiling, the trial's share of it) when the trial, with workers, is transport-bound; else None. Thread
+    workers hand batches over in memory, not through the workers' queues the ceiling measures: never bound by it."""
     c = transport_at(ceilings, trial.config)
-    if trial.config.num_workers == 0 or c is None or not c.samples_per_s or trial.samples_per_s is None:
+    if trial.config.num_workers == 0 or trial.config.worker_method == "thread":
+        return None
+    if c is None or not c.samples_per_s or trial.samples_per_s is None:
         return None
     share = trial.samples_per_s / c.samples_per_s
     # The ceiling is a measurement too (short blocks, its own spread): one read high by its spread must not flip a
