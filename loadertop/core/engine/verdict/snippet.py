@@ -35,6 +35,7 @@ class UserArgs:
 
     args: tuple[tuple[str, str], ...] = ()
     config: TrialConfig | None = None
+    loader: str = "DataLoader"  # the user's loader class: a torchdata StatefulDataLoader stays one
 
 
 def snippet(
@@ -70,7 +71,7 @@ def snippet(
             continue
         args.append(f"{name}={text}")
     args += [f"{name}={text}" for name, text in knobs.items() if name not in placed]
-    return f"DataLoader({', '.join(args)})"
+    return f"{user.loader}({', '.join(args)})"
 
 
 def knob_args(config: TrialConfig, default_start_method: str) -> dict[str, str]:
