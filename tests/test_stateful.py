@@ -58,11 +58,13 @@ def tuned_until_switch(tuned: Any) -> tuple[int, dict[str, Any], list[int], list
 
 @pytest.mark.parametrize("shuffle", [True, False])
 def test_state_dict_after_a_switch_resumes_a_fresh_user_loader_exactly(shuffle: bool) -> None:
-    uninterrupted = indices(user_loader(shuffle))
+    reference = user_loader(shuffle)
+    uninterrupted, second = indices(reference), indices(reference)  # the user's loader, untuned: two epochs
     tuned = loadertop.tune(user_loader(shuffle), budget_s=BUDGET_S, max_workers=2)
     at, state, before, after = tuned_until_switch(tuned)
-    assert before == uninterrupted[: at * BS]
-    assert after == uninterrupted[at * BS :]  # the tuned epoch itself: no sample skipped or repeated
+    assert before == uninterrupted[: at * BS]  # the tuned epoch is the user's loader's, in its order
+    assert after == uninterrupted[at * BS :]
+    assert [i for idx, _ in tuned for i in idx.tolist()] == second  # the switches did not shift the generator
     fresh = user_loader(shuffle)  # the user's own, untuned arguments
     fresh.load_state_dict(state)
     resumed = indices(fresh)
