@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 import loadertop
 from loadertop.core.job import resume
+from loadertop.core.job import tune as tune_module
 from loadertop.core.job.stateful import is_stateful
 from loadertop.core.model.config import TrialConfig
 from tests.test_tune import BUDGET_S, STEP_S, Indexed, _short_jobs_dir, no_children  # noqa: F401
@@ -76,8 +77,9 @@ def test_state_dict_after_a_switch_resumes_a_fresh_user_loader_exactly(shuffle: 
     assert no_children() == []
 
 
-def test_a_stateful_loader_is_tuned_with_stateful_loaders_and_its_snippet_names_it() -> None:
-    tuned = loadertop.tune(user_loader(True), budget_s=BUDGET_S, max_workers=2, snapshot_every=(1, 10, 100))
+def test_a_stateful_loader_is_tuned_with_stateful_loaders_and_its_snippet_names_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     kinds: set[str] = set()
     real = resume.loader_from
 
@@ -86,16 +88,14 @@ def test_a_stateful_loader_is_tuned_with_stateful_loaders_and_its_snippet_names_
         kinds.add(type(built).__name__)
         return built
 
-    resume_loader_from = tune_module_attr("loader_from")
-    try:
-        set_tune_attr("loader_from", spy)
-        for _ in range(10):
-            for _batch in tuned:
-                time.sleep(STEP_S)
-            if tuned.choice is not None:
-                break
-    finally:
-        set_tune_attr("loader_from", resume_loader_from)
+    monkeypatch.setattr(tune_module, "loader_from", spy)
+    monkeypatch.setattr(tune_module, "_SNAPSHOT_BATCHES", 40)  # the test's time: 4 loaders, 2 rounds
+    tuned = loadertop.tune(user_loader(True), budget_s=BUDGET_S, max_workers=2, snapshot_every=(1, 10, 100))
+    for _ in range(10):
+        for _batch in tuned:
+            time.sleep(STEP_S)
+        if tuned.choice is not None:
+            break
     assert tuned.choice is not None
     assert kinds == {"StatefulDataLoader"}
     assert tuned.snippet.startswith("StatefulDataLoader(dataset, batch_size=6, shuffle=True, generator=Generator(")
@@ -103,19 +103,16 @@ def test_a_stateful_loader_is_tuned_with_stateful_loaders_and_its_snippet_names_
     assert [v for v, _, _ in tuned.snapshot_costs] == [1, 10, 100]
     assert all(ms >= 0.0 and pct >= 0.0 for _, ms, pct in tuned.snapshot_costs)
     assert "snapshot_every_n_steps at" in tuned.reason
+    # Settled: a state taken mid-epoch resumes the user's loader where the chosen configuration's stopped.
+    seen: list[int] = []
+    for idx, _ in tuned:
+        seen += idx.tolist()
+        if len(seen) == 50 * BS:
+            state = tuned.state_dict()
+    fresh = user_loader(True)
+    fresh.load_state_dict(state)
+    assert indices(fresh) == seen[50 * BS :]
     assert no_children() == []
-
-
-def tune_module_attr(name: str) -> Any:
-    from loadertop.core.job import tune as tune_module
-
-    return getattr(tune_module, name)
-
-
-def set_tune_attr(name: str, value: Any) -> None:
-    from loadertop.core.job import tune as tune_module
-
-    setattr(tune_module, name, value)
 
 
 @pytest.mark.unit
