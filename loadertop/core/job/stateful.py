@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -109,21 +110,32 @@ def _generators(loader: Any) -> list[torch.Generator]:
     return found
 
 
-def snapshot_costs(make: Any, values: Sequence[int], batches: int, step_s: float) -> list[tuple[int, float, float]]:
-    """Per value of `snapshot_every_n_steps`: (value, ms per step it adds over no snapshots, % of the step).
-    `make(value)` builds a StatefulDataLoader over the same batches with the chosen knobs and that value (0: none);
-    each is timed over `batches` batches after its start-up, the step taken to be `step_s` (the training step's
-    measured time: the cost is a share of it)."""
+@dataclass(frozen=True)
+class SnapshotCosts:
+    """What each snapshot_every_n_steps costs: `costs`, (value, ms per step it adds over no snapshots, % of the
+    step); `base_ms`, a batch without snapshots; `noise_ms`, the spread of that baseline between rounds (a cost
+    under it is not told apart from nothing)."""
+
+    costs: list[tuple[int, float, float]]
+    base_ms: float
+    noise_ms: float
+
+
+def snapshot_costs(make: Any, values: Sequence[int], batches: int, step_s: float) -> SnapshotCosts:
+    """`make(value)` builds a StatefulDataLoader over the same batches with the chosen knobs and that value (0:
+    none); each is timed over `batches` batches after its start-up, the step taken to be `step_s` (the training
+    step's measured time: the cost is a share of it)."""
     every = [0, *values]
-    best = [float("inf")] * len(every)
+    runs: list[list[float]] = [[] for _ in every]
     for _ in range(_ROUNDS):  # interleaved rounds, the fastest of each kept: the machine's drift is not a cost
         for i, value in enumerate(every):
-            best[i] = min(best[i], _ms_per_batch(make(value), batches))
+            runs[i].append(_ms_per_batch(make(value), batches))
+    base = min(runs[0])
     out = []
-    for value, ms in zip(values, best[1:], strict=True):
-        cost = max(0.0, ms - best[0])
+    for value, ms in zip(values, (min(r) for r in runs[1:]), strict=True):
+        cost = max(0.0, ms - base)
         out.append((value, cost, 100.0 * cost / (step_s * 1000.0) if step_s > 0 else 0.0))
-    return out
+    return SnapshotCosts(out, base, max(runs[0]) - base)
 
 
 _ROUNDS = 2
@@ -145,7 +157,10 @@ def _ms_per_batch(loader: Any, batches: int) -> float:
             stop()
 
 
-def snapshot_message(costs: Sequence[tuple[int, float, float]], config: TrialConfig) -> str:
-    """One line of the trace: what each snapshot interval costs at the chosen configuration."""
-    parts = [f"every {v}: +{ms:.2f} ms/step ({pct:.1f}% of the step)" for v, ms, pct in costs]
-    return f"snapshot_every_n_steps at {config.label()}: " + ", ".join(parts)
+def snapshot_message(measured: SnapshotCosts, config: TrialConfig) -> str:
+    """One line of the reason: what each snapshot interval costs at the chosen configuration."""
+    parts = [f"every {v}: +{ms:.2f} ms/step ({pct:.1f}% of the step)" for v, ms, pct in measured.costs]
+    return (
+        f"snapshot_every_n_steps at {config.label()}: {', '.join(parts)} (none: {measured.base_ms:.2f} ms a batch,"
+        f" ±{measured.noise_ms:.2f} ms between rounds)"
+    )

@@ -362,11 +362,11 @@ class Tuned:
         batches, timed (samples re-read outside the loop; the user's own value is kept). Said in the reason."""
         config, batches = choice.config, self._batches[:_SNAPSHOT_BATCHES]
         step_s = config.batch_size / choice.samples_per_s if choice.samples_per_s else 0.0
-        costs = snapshot_costs(
+        measured = snapshot_costs(
             lambda every: loader_from(self.loader, batches, config, every), self._snapshot_every, len(batches), step_s
         )
-        self.snapshot_costs = costs
-        message = snapshot_message(costs, config)
+        self.snapshot_costs = measured.costs
+        message = snapshot_message(measured, config)
         self.reason = f"{self.reason} {message}" if self.reason else message
         self.decisions.append(message)
 
