@@ -149,3 +149,14 @@ def test_without_torchdata_a_plain_loader_is_unaffected(monkeypatch: pytest.Monk
 def test_loadertop_never_imports_torchdata_by_itself() -> None:
     code = "import sys, loadertop, loadertop.core.job.tune; assert 'torchdata' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("kind", ["DataLoader", "StatefulDataLoader"])
+def test_a_sweep_given_a_loader_object_says_what_to_pass(kind: str) -> None:
+    from loadertop.core.engine.drive.api import dataset_spec
+    from loadertop.core.model.config import UsageError
+
+    cls = StatefulDataLoader if kind == "StatefulDataLoader" else DataLoader
+    with pytest.raises(UsageError, match=f"dataset= is a {kind}: pass its dataset"):
+        dataset_spec(cls(Indexed(10), batch_size=2))
