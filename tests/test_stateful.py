@@ -160,3 +160,19 @@ def test_a_sweep_given_a_loader_object_says_what_to_pass(kind: str) -> None:
     cls = StatefulDataLoader if kind == "StatefulDataLoader" else DataLoader
     with pytest.raises(UsageError, match=f"dataset= is a {kind}: pass its dataset"):
         dataset_spec(cls(Indexed(10), batch_size=2))
+
+
+@pytest.mark.unit
+def test_a_watched_stateful_loader_keeps_its_own_state() -> None:
+    # An IterableDataset is only watched: the user's loader iterates, and its own state_dict is the answer.
+    from tests.test_tune import Stream
+
+    tuned = loadertop.tune(StatefulDataLoader(Stream(), batch_size=2, num_workers=0), budget_s=BUDGET_S)
+    seen = []
+    for batch in tuned:
+        seen += batch.tolist()
+        if len(seen) == 6:
+            state = tuned.state_dict()
+    fresh = StatefulDataLoader(Stream(), batch_size=2, num_workers=0)
+    fresh.load_state_dict(state)
+    assert [i for batch in fresh for i in batch.tolist()] == seen[6:]

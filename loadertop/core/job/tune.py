@@ -132,7 +132,7 @@ class Tuned:
         if not self._stateful:
             raise TypeError("state_dict(): the tuned loader is not a StatefulDataLoader")
         place = self._place
-        if place.resumed is not None:
+        if place.resumed is not None or self._watched is not None:  # the user's loader iterates: its own state
             return dict(self.loader.state_dict())
         if place.start is None:
             return {}
@@ -144,7 +144,8 @@ class Tuned:
         if not self._stateful:
             raise TypeError("load_state_dict(): the tuned loader is not a StatefulDataLoader")
         self.loader.load_state_dict(state)
-        self._place = _Place(resumed=self.loader)
+        if self._watched is None:  # watched, the user's loader iterates anyway
+            self._place = _Place(resumed=self.loader)
 
     def _resumed_epoch(self) -> Iterator[Any]:
         try:
