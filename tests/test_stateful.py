@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader
 
 import loadertop
 from loadertop.core.job import resume
+from loadertop.core.job import stateful as stateful_module
 from loadertop.core.job import tune as tune_module
 from loadertop.core.job.stateful import is_stateful
 from loadertop.core.model.config import TrialConfig
@@ -90,6 +91,7 @@ def test_a_stateful_loader_is_tuned_with_stateful_loaders_and_its_snippet_names_
 
     monkeypatch.setattr(tune_module, "loader_from", spy)
     monkeypatch.setattr(tune_module, "_SNAPSHOT_BATCHES", 40)  # the test's time: 4 loaders, 2 rounds
+    monkeypatch.setattr(stateful_module, "_ROUNDS", 2)
     tuned = loadertop.tune(user_loader(True), budget_s=BUDGET_S, max_workers=2, snapshot_every=(1, 10, 100))
     for _ in range(10):
         for _batch in tuned:

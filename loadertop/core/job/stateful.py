@@ -123,30 +123,33 @@ class SnapshotCosts:
 
 def snapshot_costs(make: Any, values: Sequence[int], batches: int, step_s: float) -> SnapshotCosts:
     """`make(value)` builds a StatefulDataLoader over the same batches with the chosen knobs and that value (0:
-    none); each is timed over `batches` batches after its start-up, the step taken to be `step_s` (the training
-    step's measured time: the cost is a share of it)."""
+    none); each is timed over `batches` batches after its start-up, with a pause of `step_s` (the training step's
+    measured time) after each batch, as the loop takes it: the snapshots' work in the main process (a worker's
+    state received at each snapshot) then lengthens the step instead of hiding in a wait on the workers. The cost
+    is a share of the baseline's whole step (its wait and the pause)."""
     every = [0, *values]
     runs: list[list[float]] = [[] for _ in every]
     for _ in range(_ROUNDS):  # interleaved rounds, the fastest of each kept: the machine's drift is not a cost
         for i, value in enumerate(every):
-            runs[i].append(_ms_per_batch(make(value), batches))
+            runs[i].append(_ms_per_batch(make(value), batches, step_s))
     base = min(runs[0])
     out = []
     for value, ms in zip(values, (min(r) for r in runs[1:]), strict=True):
         cost = max(0.0, ms - base)
-        out.append((value, cost, 100.0 * cost / (step_s * 1000.0) if step_s > 0 else 0.0))
+        out.append((value, cost, 100.0 * cost / base if base > 0 else 0.0))
     return SnapshotCosts(out, base, max(runs[0]) - base)
 
 
-_ROUNDS = 2
+_ROUNDS = 3
 
 
-def _ms_per_batch(loader: Any, batches: int) -> float:
+def _ms_per_batch(loader: Any, batches: int, step_s: float) -> float:
     it = iter(loader)
     try:
         next(it)  # the workers' start-up is not the snapshots' cost
         t0, n = time.perf_counter(), 0
         for _ in it:
+            time.sleep(step_s)  # the training step's stand-in
             n += 1
             if n >= batches:
                 break
@@ -161,6 +164,6 @@ def snapshot_message(measured: SnapshotCosts, config: TrialConfig) -> str:
     """One line of the reason: what each snapshot interval costs at the chosen configuration."""
     parts = [f"every {v}: +{ms:.2f} ms/step ({pct:.1f}% of the step)" for v, ms, pct in measured.costs]
     return (
-        f"snapshot_every_n_steps at {config.label()}: {', '.join(parts)} (none: {measured.base_ms:.2f} ms a batch,"
+        f"snapshot_every_n_steps at {config.label()}: {', '.join(parts)} (none: {measured.base_ms:.2f} ms a step,"
         f" ±{measured.noise_ms:.2f} ms between rounds)"
     )

@@ -100,6 +100,7 @@ class Tuned:
         self.snapshot_costs: list[tuple[int, float, float]] = []
         self._place = _Place()
         self._batches: Batches = []
+        self._user_step_s = 0.0
         why = why_not_tunable(loader)
         if why is not None:
             print(f"loadertop.tune: not tuning ({why}); watching the loader as it is", file=sys.stderr)
@@ -274,6 +275,7 @@ class Tuned:
     def _next_trial(self, meter: Meter, left: float, config: TrialConfig | None) -> bool:
         tuner = self._tuner
         assert tuner is not None
+        self._user_step_s = meter.mean_step_s() or self._user_step_s
         result = meter.result(len(tuner.results), tuner.settings.target_spread, self._span_s)
         tuner.feed(result, meter.mean_step_s())
         self._publish_step(tuner.results[-1], meter)
@@ -362,7 +364,7 @@ class Tuned:
         """What each snapshot_every_n_steps asked for costs at the choice: real loaders over the epoch's first
         batches, timed (samples re-read outside the loop; the user's own value is kept). Said in the reason."""
         config, batches = choice.config, self._batches[:_SNAPSHOT_BATCHES]
-        step_s = config.batch_size / choice.samples_per_s if choice.samples_per_s else 0.0
+        step_s = self._user_step_s  # the training step's own time, as tuning measured it
         measured = snapshot_costs(
             lambda every: loader_from(self.loader, batches, config, every), self._snapshot_every, len(batches), step_s
         )
