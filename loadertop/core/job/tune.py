@@ -364,6 +364,12 @@ class Tuned:
         """What each snapshot_every_n_steps asked for costs at the choice: real loaders over the epoch's first
         batches, timed (samples re-read outside the loop; the user's own value is kept). Said in the reason."""
         config, batches = choice.config, self._batches[:_SNAPSHOT_BATCHES]
+        if config.num_workers == 0:  # no workers, no snapshots: the state is read in this process when asked
+            message = f"snapshot_every_n_steps at {config.label()}: no cost (no workers: nothing to snapshot)"
+            self.snapshot_costs = [(v, 0.0, 0.0) for v in self._snapshot_every]
+            self.reason = f"{self.reason} {message}" if self.reason else message
+            self.decisions.append(message)
+            return
         step_s = self._user_step_s  # the training step's own time, as tuning measured it
         measured = snapshot_costs(
             lambda every: loader_from(self.loader, batches, config, every), self._snapshot_every, len(batches), step_s
