@@ -162,7 +162,10 @@ def _ms_per_batch(loader: Any, batches: int, step_s: float) -> float:
 
 def snapshot_message(measured: SnapshotCosts, config: TrialConfig) -> str:
     """One line of the reason: what each snapshot interval costs at the chosen configuration."""
-    parts = [f"every {v}: +{ms:.2f} ms/step ({pct:.1f}% of the step)" for v, ms, pct in measured.costs]
+    parts = [
+        f"every {v}: +{ms:.2f} ms/step ({pct:.1f}% of the step{', within noise' if ms <= measured.noise_ms else ''})"
+        for v, ms, pct in measured.costs
+    ]
     return (
         f"snapshot_every_n_steps at {config.label()}: {', '.join(parts)} (none: {measured.base_ms:.2f} ms a step,"
         f" ±{measured.noise_ms:.2f} ms between rounds)"
