@@ -178,3 +178,14 @@ def test_a_watched_stateful_loader_keeps_its_own_state() -> None:
     fresh = StatefulDataLoader(Stream(), batch_size=2, num_workers=0)
     fresh.load_state_dict(state)
     assert [i for batch in fresh for i in batch.tolist()] == seen[6:]
+
+
+def test_persistent_workers_epochs_keep_the_user_loaders_order() -> None:
+    # Persistent workers reset their iterator each epoch (no new seed drawn): tune's epochs draw as theirs do.
+    reference = user_loader(True, persistent_workers=True)
+    epochs = [indices(reference) for _ in range(3)]
+    tuned = loadertop.tune(user_loader(True, persistent_workers=True), budget_s=0.5, max_workers=2)
+    for expected in epochs:
+        assert [i for idx, _ in tuned for i in idx.tolist()] == expected
+    del reference
+    assert no_children(collect=True) == []

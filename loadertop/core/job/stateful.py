@@ -35,13 +35,20 @@ class EpochStart:
     makes, its workers' base seed from the generator, and with workers a second iterator: torchdata's RandomSampler
     draws its permutation when its iterator is made, so the order depends on this), and the generators' states
     before the epoch's iterator was made (a state_dict replays from them) and after the epoch (`finish` puts them
-    there: the switch loaders' own draws do not shift the user's later epochs)."""
+    there: the switch loaders' own draws do not shift the user's later epochs). `before`: the previous epoch's,
+    which persistent workers go on from (their iterator is only reset: the sampler's iterator made once, no seed)."""
 
-    def __init__(self, loader: Any) -> None:
+    def __init__(self, loader: Any, before: EpochStart | None = None) -> None:
         self.loader = loader
+        self.base_seed: int = 0
         gens = _generators(loader)
         sampler = loader.batch_sampler
         self.states = [(g, g.get_state()) for g in gens]
+        if before is not None and loader.num_workers > 0 and loader.persistent_workers:
+            self.base_seed = before.base_seed
+            self.batches = [list(batch) for batch in sampler]
+            self.end = [(g, g.get_state()) for g in gens]
+            return
         it = iter(sampler)
         self.base_seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
         if loader.num_workers > 0:  # the multi-process iterator's reset makes the sampler's iterator again

@@ -179,7 +179,8 @@ class Tuned:
 
     def _tuning_epoch(self, epoch: int) -> Iterator[Any]:
         began = self._epoch_began = time.perf_counter()
-        start = EpochStart(self.loader) if self._stateful else None  # the user's sampler: its errors are the user's
+        # The user's sampler: its errors are the user's
+        start = EpochStart(self.loader, self._place.start) if self._stateful else None
         self._place = _Place(start=start)
         batches = self._batches = start.batches if start is not None else epoch_batches(self.loader)
         pos, it, config, opened = 0, None, None, began
