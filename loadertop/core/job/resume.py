@@ -22,6 +22,7 @@ from torch.utils.data import (
 )
 
 from loadertop.core.engine.search import UserArgs
+from loadertop.core.job.stateful import is_stateful
 from loadertop.core.model.arg_text import arg_text
 from loadertop.core.model.config import TrialConfig
 
@@ -89,14 +90,20 @@ def user_args(loader: DataLoader[Any]) -> UserArgs:
         args.append(("multiprocessing_context", arg_text(context.get_start_method())))
     if not getattr(loader, "in_order", True):
         args.append(("in_order", "False"))
+    if is_stateful(loader):
+        every = getattr(loader, "snapshot_every_n_steps", 1)
+        if every != 1:
+            args.append(("snapshot_every_n_steps", arg_text(every)))
+        return UserArgs(tuple(args), current_config(loader), loader=type(loader).__name__)
     return UserArgs(tuple(args), current_config(loader))
 
 
 def _sampling_args(loader: DataLoader[Any]) -> list[tuple[str, str]]:
     """shuffle=True for the RandomSampler the DataLoader builds itself, else their own sampler; drop_last."""
-    sampler, args = loader.sampler, []
+    sampler: Any = loader.sampler
+    args: list[tuple[str, str]] = []
     shuffled_by_loader = (  # the RandomSampler that shuffle=True builds: the loader's generator, as many as len()
-        isinstance(sampler, RandomSampler)
+        (isinstance(sampler, RandomSampler) or (is_stateful(loader) and type(sampler).__name__ == "RandomSampler"))
         and sampler.generator is loader.generator
         and not sampler.replacement
         and getattr(sampler, "_num_samples", None) is None
@@ -117,10 +124,17 @@ def _batch_size(loader: DataLoader[Any]) -> int:
     return int(size) if isinstance(size, int) else 1
 
 
-def loader_from(loader: DataLoader[Any], batches: Sequence[list[int]], config: TrialConfig) -> DataLoader[Any]:
+def loader_from(
+    loader: DataLoader[Any], batches: Sequence[list[int]], config: TrialConfig, every: int | None = None
+) -> DataLoader[Any]:
     """A loader over `batches` (the rest of the epoch) with `config`'s knobs and everything else the user's.
-    Workers never persist (it lives for one measured span); batches come in order (the position is a count)."""
-    return DataLoader(loader.dataset, batch_sampler=list(batches), **_knobs(loader, config, persistent=False))
+    Workers never persist (it lives for one measured span); batches come in order (the position is a count).
+    `every`: a StatefulDataLoader's snapshot_every_n_steps in place of the user's (0: no snapshots)."""
+    knobs = _knobs(loader, config, persistent=False)
+    if every is not None:
+        knobs["snapshot_every_n_steps"] = every
+    built: DataLoader[Any] = _cls(loader)(loader.dataset, batch_sampler=list(batches), **knobs)
+    return built
 
 
 def final_loader(loader: DataLoader[Any], config: TrialConfig) -> DataLoader[Any]:
@@ -132,7 +146,13 @@ def final_loader(loader: DataLoader[Any], config: TrialConfig) -> DataLoader[Any
     knobs = _knobs(loader, config, persistent=bool(loader.persistent_workers))
     if config.num_workers > 0 and "in_order" in _PARAMS:
         knobs["in_order"] = bool(getattr(loader, "in_order", True))
-    return DataLoader(loader.dataset, batch_sampler=loader.batch_sampler, **knobs)
+    built: DataLoader[Any] = _cls(loader)(loader.dataset, batch_sampler=loader.batch_sampler, **knobs)
+    return built
+
+
+def _cls(loader: DataLoader[Any]) -> Any:
+    """The class to build: the user's own StatefulDataLoader stays one (its state_dict, its snippet)."""
+    return type(loader) if is_stateful(loader) else DataLoader
 
 
 def _same_knobs(a: TrialConfig, b: TrialConfig) -> bool:
@@ -152,6 +172,8 @@ def _knobs(loader: DataLoader[Any], config: TrialConfig, persistent: bool) -> di
     device = getattr(loader, "pin_memory_device", "")  # apart from the `and`: mypy types its default as bool there
     if config.pin_memory and device:
         knobs["pin_memory_device"] = loader.pin_memory_device
+    if is_stateful(loader):
+        knobs["snapshot_every_n_steps"] = getattr(loader, "snapshot_every_n_steps", 1)
     if nw > 0:  # the DataLoader rejects these at 0 workers (a timeout too: the 0-worker iterator asserts it is 0)
         knobs["timeout"] = loader.timeout
         knobs["prefetch_factor"] = config.prefetch_factor

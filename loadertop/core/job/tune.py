@@ -15,7 +15,8 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from loadertop.core.job.publisher import Publisher, publisher
@@ -30,6 +31,7 @@ from loadertop.core.job.resume import (
     user_args,
     why_not_tunable,
 )
+from loadertop.core.job.stateful import EpochStart, is_stateful, snapshot_costs, snapshot_message
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, step_message, tune_settings
 from loadertop.core.job.watch import StepRecorder, batches_in, plain_iter, samples_in, watch, worker_pids
@@ -39,18 +41,39 @@ from loadertop.core.model.live_protocol import JobWorkers, TuneChose, TuneStep
 log = logging.getLogger("loadertop")
 
 
-def tune(loader: Any, budget_s: float = 120.0, *, max_workers: int | None = None, tolerance: float = 0.05) -> Tuned:
+def tune(
+    loader: Any,
+    budget_s: float = 120.0,
+    *,
+    max_workers: int | None = None,
+    tolerance: float = 0.05,
+    snapshot_every: Sequence[int] = (),
+) -> Tuned:
     """Wrap `loader` so that its iteration tunes num_workers (then prefetch_factor, pin_memory with a GPU) for at
-    most `budget_s` seconds of training, then keeps the best. `max_workers`: the top of the range searched."""
-    return Tuned(loader, budget_s, max_workers=max_workers, tolerance=tolerance)
+    most `budget_s` seconds of training, then keeps the best. `max_workers`: the top of the range searched.
+
+    A torchdata StatefulDataLoader is tuned with StatefulDataLoaders, and `Tuned.state_dict()` is exact across the
+    switches (docs/tune.md). `snapshot_every` (say (1, 10, 100)), with a StatefulDataLoader: once tune settles,
+    measure what each `snapshot_every_n_steps` costs per step at the chosen configuration (your value is kept)."""
+    return Tuned(loader, budget_s, max_workers=max_workers, tolerance=tolerance, snapshot_every=snapshot_every)
 
 
 class Tuned:
     """What `tune()` returns: iterate it once per epoch, as the loader. `choice`, `trace` and `snippet` say what
     tuning measured and chose (`choice` is None until it settles); `decisions`, why it tried each configuration
-    and where its climb stopped (the sweep planner's notes)."""
+    and where its climb stopped (the sweep planner's notes). With a StatefulDataLoader, `state_dict()` and
+    `load_state_dict()` as the loader's (in its format, for its arguments); `snapshot_costs`, what each
+    snapshot_every_n_steps asked for costs: (value, ms per step, % of the step)."""
 
-    def __init__(self, loader: Any, budget_s: float, *, max_workers: int | None, tolerance: float) -> None:
+    def __init__(
+        self,
+        loader: Any,
+        budget_s: float,
+        *,
+        max_workers: int | None,
+        tolerance: float,
+        snapshot_every: Sequence[int] = (),
+    ) -> None:
         self.loader = loader
         self.budget_s = float(budget_s)
         self.choice: TrialConfig | None = None
@@ -72,6 +95,12 @@ class Tuned:
         self._span_s = span_s(self.budget_s)
         self._switch_t = 0.0
         self._epoch_began = 0.0
+        self._stateful = is_stateful(loader)
+        self._snapshot_every = tuple(int(v) for v in snapshot_every) if self._stateful else ()
+        self.snapshot_costs: list[tuple[int, float, float]] = []
+        self._place = _Place()
+        self._batches: Batches = []
+        self._user_step_s = 0.0
         why = why_not_tunable(loader)
         if why is not None:
             print(f"loadertop.tune: not tuning ({why}); watching the loader as it is", file=sys.stderr)
@@ -86,12 +115,44 @@ class Tuned:
         if self._watched is not None:
             return iter(self._watched)
         self._epoch += 1
+        if self._place.resumed is not None and not self._place.finished:  # load_state_dict()'s epoch: the user's
+            return self._resumed_epoch()
         if self._state == "tuning" and self._tuner is None:
             self._epoch_began = time.perf_counter()
             self._guard(self._start)
-        if self._state == "tuning":
+        if self._state == "tuning" or self._stateful:  # a StatefulDataLoader's epochs keep their position
             return self._tuning_epoch(self._epoch)
         return self._plain_epoch(self._epoch)
+
+    # -- a StatefulDataLoader's state ----------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state a StatefulDataLoader of the user's arguments would have after the batches handed out in this
+        epoch (while tuning too: the switch loaders' own states do not fit the user's loader). {} before the first
+        epoch (load_state_dict({}) starts afresh)."""
+        if not self._stateful:
+            raise TypeError("state_dict(): the tuned loader is not a StatefulDataLoader")
+        place = self._place
+        if place.resumed is not None or self._watched is not None:  # the user's loader iterates: its own state
+            return dict(self.loader.state_dict())
+        if place.start is None:
+            return {}
+        return place.start.state_at(place.pos, finished=place.finished)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Load `state` into the user's loader: the next epoch is that loader, resumed (not tuned); tuning, if not
+        done, goes on at the epoch after."""
+        if not self._stateful:
+            raise TypeError("load_state_dict(): the tuned loader is not a StatefulDataLoader")
+        self.loader.load_state_dict(state)
+        if self._watched is None:  # watched, the user's loader iterates anyway
+            self._place = _Place(resumed=self.loader)
+
+    def _resumed_epoch(self) -> Iterator[Any]:
+        try:
+            yield from self.loader
+        finally:
+            self._place.finished = True
 
     # -- set-up -----------------------------------------------------------------------------------------------
 
@@ -118,7 +179,10 @@ class Tuned:
 
     def _tuning_epoch(self, epoch: int) -> Iterator[Any]:
         began = self._epoch_began = time.perf_counter()
-        batches = epoch_batches(self.loader)  # the user's sampler: its errors are the user's
+        # The user's sampler: its errors are the user's
+        start = EpochStart(self.loader, self._place.start) if self._stateful else None
+        self._place = _Place(start=start)
+        batches = self._batches = start.batches if start is not None else epoch_batches(self.loader)
         pos, it, config, opened = 0, None, None, began
         first_batch: float | None = None
         complete = False
@@ -137,6 +201,7 @@ class Tuned:
                 first_batch = first_batch if first_batch is not None else got - began
                 n, pos = len(batches[pos]), pos + 1
                 step = (t0, got, n)
+                self._place.pos = pos
                 yield batch
                 step = None
                 if self._after_step(t0, got, n, opened, config):
@@ -149,6 +214,9 @@ class Tuned:
             # Every batch handed out is a whole epoch, though the loop never asked past the last (Lightning's data
             # fetcher stops at the length, and so does zip() with a range): as watch() counts it.
             complete = complete or pos >= len(batches)
+            self._place.finished = complete
+            if start is not None:
+                start.finish()
             seconds = time.perf_counter() - began
             if self._state == "tuning":
                 self.tuning_s += seconds
@@ -208,6 +276,7 @@ class Tuned:
     def _next_trial(self, meter: Meter, left: float, config: TrialConfig | None) -> bool:
         tuner = self._tuner
         assert tuner is not None
+        self._user_step_s = meter.mean_step_s() or self._user_step_s
         result = meter.result(len(tuner.results), tuner.settings.target_spread, self._span_s)
         tuner.feed(result, meter.mean_step_s())
         self._publish_step(tuner.results[-1], meter)
@@ -282,13 +351,34 @@ class Tuned:
         self.choice, self.reason, self.snippet = choice.config, choice.reason, choice.snippet
         self.decisions = list(tuner.decisions)
         self._publish_choice(choice, len(tuner.results))
+        if self._snapshot_every:
+            self._guard(self._measure_snapshots, choice)
         measured = len(tuner.results)
         switches = sum(step.switch_s for step in self.trace)
         print(
             f"loadertop.tune: chose {choice.config.label()} after {measured} configurations in {self.tuning_s:.1f}"
-            f" s of training ({switches:.1f} s of it switching loaders): {choice.reason}\n  {choice.snippet}",
+            f" s of training ({switches:.1f} s of it switching loaders): {self.reason}\n  {choice.snippet}",
             file=sys.stderr,
         )
+
+    def _measure_snapshots(self, choice: Choice) -> None:
+        """What each snapshot_every_n_steps asked for costs at the choice: real loaders over the epoch's first
+        batches, timed (samples re-read outside the loop; the user's own value is kept). Said in the reason."""
+        config, batches = choice.config, self._batches[:_SNAPSHOT_BATCHES]
+        if config.num_workers == 0:  # no workers, no snapshots: the state is read in this process when asked
+            message = f"snapshot_every_n_steps at {config.label()}: no cost (no workers: nothing to snapshot)"
+            self.snapshot_costs = [(v, 0.0, 0.0) for v in self._snapshot_every]
+            self.reason = f"{self.reason} {message}" if self.reason else message
+            self.decisions.append(message)
+            return
+        step_s = self._user_step_s  # the training step's own time, as tuning measured it
+        measured = snapshot_costs(
+            lambda every: loader_from(self.loader, batches, config, every), self._snapshot_every, len(batches), step_s
+        )
+        self.snapshot_costs = measured.costs
+        message = snapshot_message(measured, config)
+        self.reason = f"{self.reason} {message}" if self.reason else message
+        self.decisions.append(message)
 
     def _publish_step(self, result: Any, meter: Meter) -> None:
         message = TuneStep(
@@ -354,6 +444,21 @@ class Tuned:
             )
         self._state = "aside"
         self._meter = None
+
+
+_SNAPSHOT_BATCHES = 100  # batches each snapshot interval is timed over (fewer in a shorter epoch)
+
+
+@dataclass
+class _Place:
+    """Where the epoch is, for a StatefulDataLoader's state_dict: its start (its batches, drawn as the user's
+    loader draws them), the batches handed out; `resumed`: the user's loader, resumed by load_state_dict(),
+    iterates this epoch."""
+
+    start: EpochStart | None = None
+    pos: int = 0
+    finished: bool = False
+    resumed: Any = None
 
 
 def _start_up_s(config: TrialConfig, meter: Meter) -> float:

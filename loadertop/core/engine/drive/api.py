@@ -94,6 +94,12 @@ def dataset_spec(dataset: Any) -> tuple[str | None, Path | None]:
     afterwards (if any)."""
     if dataset is None or isinstance(dataset, str):
         return dataset, None
+    if _is_loader(dataset):  # its arguments are not the runner's to guess: the dataset, and them as a mapping
+        raise UsageError(
+            f"dataset= is a {type(dataset).__name__}: pass its dataset (loader.dataset), or a mapping with 'dataset'"
+            " and the loader's other arguments (collate_fn, shuffle, ...); to tune a live loader in place, use"
+            " loadertop.tune(loader)"
+        )
     if callable(dataset) and hasattr(dataset, "__qualname__") and not hasattr(dataset, "__getitem__"):
         module = dataset.__module__
         if module == "__main__":
@@ -106,6 +112,12 @@ def dataset_spec(dataset: Any) -> tuple[str | None, Path | None]:
     main_file = getattr(sys.modules["__main__"], "__file__", None) or ""
     path = pickled(dataset)
     return f"pickle:{path}" + (f"@{main_file}" if main_file else ""), path
+
+
+def _is_loader(obj: Any) -> bool:
+    """A torch DataLoader or torchdata StatefulDataLoader, told by class (neither library imported for it)."""
+    names = {(c.__module__.split(".")[0], c.__name__) for c in type(obj).__mro__}
+    return ("torch", "DataLoader") in names or ("torchdata", "StatefulDataLoader") in names
 
 
 def pickled(dataset: Any) -> Path:

@@ -36,6 +36,7 @@ class UserArgs:
 
     args: tuple[tuple[str, str], ...] = ()
     config: TrialConfig | None = None
+    loader: str = "DataLoader"  # the user's loader class: a torchdata StatefulDataLoader stays one
 
 
 def snippet(
@@ -73,7 +74,7 @@ def snippet(
             continue
         args.append(f"{name}={text}")
     args += [f"{name}={text}" for name, text in knobs.items() if name not in placed]
-    return f"DataLoader({', '.join(args)})"
+    return f"{user.loader}({', '.join(args)})"
 
 
 def nodes_snippet(config: TrialConfig, user: UserArgs) -> str:
