@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDa
 
 import loadertop
 from loadertop.core.job import tune as tune_module
-from loadertop.core.job.publisher import enabled, publisher
+from loadertop.core.job.publisher import enabled, publisher, reset
 from loadertop.core.job.resume import start_up_buffer
 from loadertop.core.job.tune_measure import Meter
 from loadertop.core.job.tune_plan import Tuner
@@ -36,10 +36,13 @@ STEP_S = 0.002
 @pytest.fixture(autouse=True, scope="module")
 def _short_jobs_dir() -> Iterator[None]:
     # Short: a Unix socket path has at most 107 bytes. One for the module: the job's publisher is the process's.
+    # The publisher is the process's: one an earlier module started lives in that module's (removed) folder.
     folder = tempfile.mkdtemp(prefix="lt", dir="/tmp")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOADERTOP_JOBS_DIR", folder)
+        reset()
         yield
+        reset()
     shutil.rmtree(folder, ignore_errors=True)
 
 
