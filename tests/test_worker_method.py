@@ -53,14 +53,17 @@ def test_without_torchdata_the_thread_method_is_one_line_naming_the_extra(monkey
     build_settings({"worker_method": "process"})  # process workers never need it
 
 
+def refused(start: list[str], *args: str) -> list[str]:
+    """The command line's stderr lines for a run that must exit 2."""
+    done = subprocess.run([sys.executable, *start, "--headless", "--worker-method", "process,thread", *args],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    return done.stderr.strip().splitlines()
+
+
 def test_the_command_line_exits_2_with_one_line_when_torchdata_is_missing() -> None:
     code = "import sys; sys.modules['torchdata'] = None; from loadertop.cli import main; sys.exit(main())"
-    done = subprocess.run(
-        [sys.executable, "-c", code, "--headless", "--worker-method", "process,thread", "--workers", "2"],
-        capture_output=True, text=True, timeout=60, cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    assert refused(["-c", code], "--workers", "2") == [
         'loadertop: error: --worker-method thread needs torchdata.nodes: pip install "loadertop[nodes]"'
     ]
 
@@ -162,13 +165,8 @@ def test_thread_workers_are_never_transport_bound_and_load_in_the_training_proce
 
 
 def test_an_iterable_dataset_with_thread_workers_is_refused_in_one_line() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "loadertop", "--headless", "--dataset", "tests/data/iterables.py:sharded",
-         "--worker-method", "process,thread", "--workers", "2", "--trial-seconds", "1"],
-        capture_output=True, text=True, timeout=120, cwd=ROOT,
-    )  # fmt: skip
-    assert done.returncode == 2, done.stderr
-    assert done.stderr.strip().splitlines() == [
+    args = ("--dataset", "tests/data/iterables.py:sharded", "--workers", "2", "--trial-seconds", "1")
+    assert refused(["-m", "loadertop"], *args) == [
         "loadertop: error: --worker-method thread takes map-style datasets only; this one is an IterableDataset"
     ]
 
