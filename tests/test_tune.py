@@ -19,7 +19,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
 
 import loadertop
-from loadertop.core.job import tune as tune_module
+from loadertop.core.job import tune_viewers
 from loadertop.core.job.publisher import enabled, publisher, reset
 from loadertop.core.job.resume import start_up_buffer
 from loadertop.core.job.tune_measure import Meter
@@ -206,7 +206,7 @@ def test_trace_is_written_to_the_job_folder() -> None:
 
 
 def test_without_a_publisher_it_still_tunes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tune_module, "publisher", lambda: None)
+    monkeypatch.setattr(tune_viewers, "publisher", lambda: None)
     loader = DataLoader(Indexed(300), batch_size=4)
     tuned = loadertop.tune(loader, budget_s=1.5, max_workers=1)
     for n, _ in enumerate(tuned):  # an epoch left early: the next one starts afresh, as with the loader

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from loadertop.core.job.publisher import Publisher, publisher
 from loadertop.core.job.resume import (
     Batches,
     current_config,
@@ -33,10 +32,11 @@ from loadertop.core.job.resume import (
 )
 from loadertop.core.job.stateful import EpochStart, is_stateful, snapshot_costs, snapshot_message
 from loadertop.core.job.tune_measure import Meter
-from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, step_message, tune_settings
-from loadertop.core.job.watch import StepRecorder, batches_in, plain_iter, samples_in, watch, worker_pids
+from loadertop.core.job.tune_plan import Choice, Tuner, read_machine, span_s, tune_settings
+from loadertop.core.job.tune_viewers import Viewers
+from loadertop.core.job.watch import batches_in, plain_iter, samples_in, watch, worker_pids
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.live_protocol import JobWorkers, TuneChose, TuneStep
+from loadertop.core.model.live_protocol import TuneStep
 
 log = logging.getLogger("loadertop")
 
@@ -88,9 +88,7 @@ class Tuned:
         self._final: Any = None
         self._tuner: Tuner | None = None
         self._meter: Meter | None = None
-        self._pub: Publisher | None = None
-        self._recorder: StepRecorder | None = None
-        self._loader_id = 0
+        self._viewers = Viewers()
         self._epoch = -1
         self._span_s = span_s(self.budget_s)
         self._switch_t = 0.0
@@ -157,13 +155,7 @@ class Tuned:
     # -- set-up -----------------------------------------------------------------------------------------------
 
     def _start(self) -> None:
-        try:  # viewers are a bonus: tuning goes on without them
-            self._pub = publisher()
-            self._loader_id = self._pub.new_loader() if self._pub is not None else 0
-            self._recorder = StepRecorder(self._pub, self._loader_id)
-        except Exception as exc:
-            log.warning("loadertop.tune: cannot publish to viewers (%s: %s); tuning anyway", type(exc).__name__, exc)
-            self._pub, self._recorder = None, None
+        self._viewers.start()
         user = current_config(self.loader)
         cuda = _cuda()
         machine = read_machine()
@@ -209,7 +201,7 @@ class Tuned:
                     it = None
             complete = pos >= len(batches)
         finally:
-            self._guard(self._left_in_step, step)
+            self._guard(self._viewers.left_in_step, step)
             shutdown(it)
             # Every batch handed out is a whole epoch, though the loop never asked past the last (Lightning's data
             # fetcher stops at the length, and so does zip() with a range): as watch() counts it.
@@ -220,7 +212,7 @@ class Tuned:
             seconds = time.perf_counter() - began
             if self._state == "tuning":
                 self.tuning_s += seconds
-            self._guard(self._ended, epoch, pos, seconds, first_batch, complete)
+            self._guard(self._viewers.ended, epoch, pos, seconds, first_batch, complete)
 
     def _open(self, batches: Batches, pos: int, epoch: int, first: bool) -> tuple[Iterator[Any], TrialConfig, float]:
         """An iterator over batches[pos:] with the configuration now due (the one measured, the choice, or the
@@ -234,7 +226,7 @@ class Tuned:
             config = current_config(self.loader)
             it = plain_iter(loader_from(self.loader, batches[pos:], config))
         self._guard(self._meter_opened, it, config, len(batches) - pos)
-        self._guard(self._announce, epoch, it, config, first)
+        self._guard(self._viewers.announce, epoch, it, config, first)
         return it, config, opened
 
     def _meter_opened(self, it: Iterator[Any], config: TrialConfig, remaining: int) -> None:
@@ -256,8 +248,7 @@ class Tuned:
         try:
             now = time.perf_counter()
             wait_s, step_s = got - t0, now - got
-            if self._recorder is not None:
-                self._recorder.step(wait_s, step_s, n)
+            self._viewers.step(wait_s, step_s, n)
             meter = self._meter
             if self._state != "tuning" or meter is None:
                 return False
@@ -279,7 +270,7 @@ class Tuned:
         self._user_step_s = meter.mean_step_s() or self._user_step_s
         result = meter.result(len(tuner.results), tuner.settings.target_spread, self._span_s)
         tuner.feed(result, meter.mean_step_s())
-        self._publish_step(tuner.results[-1], meter)
+        self.trace.append(self._viewers.measured(tuner.results[-1], meter))
         nxt = tuner.next() if left >= self._span_s / 2 else None
         if nxt is not None and nxt != config and left < self._span_s / 2 + _start_up_s(nxt, meter):
             # No new configuration that could not get half its span after its start-up (the switch, and its
@@ -300,7 +291,7 @@ class Tuned:
         loader = self._loader_now()
         began = time.perf_counter()
         it = plain_iter(loader)
-        self._guard(self._announce, epoch, it, self.choice, True)
+        self._guard(self._viewers.announce, epoch, it, self.choice, True)
         batches, first, complete = 0, None, False
         # The chosen loader has the user's batch sampler (batch_size None): its batch size, or count the last batch
         size, last = _batch_size(loader), batches_in(loader) - 1
@@ -322,11 +313,11 @@ class Tuned:
                 step = None
                 self._after_step(t0, got, n, began, None)
         finally:
-            self._guard(self._left_in_step, step)
+            self._guard(self._viewers.left_in_step, step)
             if not getattr(loader, "persistent_workers", False):  # persistent ones live on, as the user asked
                 shutdown(it)
             complete = complete or batches == batches_in(loader)  # every batch handed out: a whole epoch
-            self._guard(self._ended, epoch, batches, time.perf_counter() - began, first, complete)
+            self._guard(self._viewers.ended, epoch, batches, time.perf_counter() - began, first, complete)
 
     def _loader_now(self) -> Any:
         if self._state != "settled" or self.choice is None:
@@ -350,7 +341,7 @@ class Tuned:
         self._meter = None
         self.choice, self.reason, self.snippet = choice.config, choice.reason, choice.snippet
         self.decisions = list(tuner.decisions)
-        self._publish_choice(choice, len(tuner.results))
+        self._viewers.chose(choice, len(tuner.results), self.tuning_s)
         if self._snapshot_every:
             self._guard(self._measure_snapshots, choice)
         measured = len(tuner.results)
@@ -379,56 +370,6 @@ class Tuned:
         message = snapshot_message(measured, config)
         self.reason = f"{self.reason} {message}" if self.reason else message
         self.decisions.append(message)
-
-    def _publish_step(self, result: Any, meter: Meter) -> None:
-        message = TuneStep(
-            t=self._pub.now() if self._pub is not None else 0.0,
-            loader=self._loader_id,
-            config=result.config,
-            batches=meter.batches,
-            samples_per_s=result.samples_per_s,
-            stall_fraction=result.stall_fraction,
-            wait_ms_p95=result.wait_ms_p95,
-            switch_s=meter.switch_s,
-            message=step_message(result, meter.switch_s),
-        )
-        self.trace.append(message)
-        log.debug("loadertop.tune: %s", message.message)
-        if self._pub is not None:
-            self._pub.append_trace(message)
-
-    def _publish_choice(self, choice: Choice, trials: int) -> None:
-        if self._pub is None:
-            return
-        message = TuneChose(
-            t=self._pub.now(),
-            loader=self._loader_id,
-            config=choice.config,
-            samples_per_s=choice.samples_per_s,
-            reason=choice.reason,
-            snippet=choice.snippet,
-            tuning_s=self.tuning_s,
-            trials=trials,
-        )
-        self._pub.append_trace(message)
-
-    def _announce(self, epoch: int, it: Iterator[Any], config: TrialConfig | None, first: bool) -> None:
-        pids = worker_pids(it)
-        if first and self._recorder is not None:
-            self._recorder.epoch_started(epoch, pids, config)
-        elif self._pub is not None:  # a switch inside the epoch: its new workers
-            self._pub.send(JobWorkers(t=self._pub.now(), loader=self._loader_id, pids=pids, config=config))
-
-    def _left_in_step(self, step: tuple[float, float, int] | None) -> None:
-        """The loop left during a step (a break, an exception in it, or no next() after the last batch, as
-        Lightning's fetcher does): that step counts, as in watch(), and no batch is reported dropped."""
-        if step is not None and self._recorder is not None:
-            t0, got, n = step
-            self._recorder.step(got - t0, time.perf_counter() - got, n)
-
-    def _ended(self, epoch: int, batches: int, seconds: float, first: float | None, complete: bool) -> None:
-        if self._recorder is not None:
-            self._recorder.epoch_ended(epoch, batches, seconds, first, complete)
 
     def _guard(self, fn: Any, *args: Any) -> None:
         try:
