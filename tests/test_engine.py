@@ -96,7 +96,7 @@ def test_run_folder_has_settings_log_trials_and_result(runs: Path) -> None:
     assert data["trials"][0].keys() >= DESIGN_TRIAL_KEYS
     assert set(data["trials"][0]["config"]) == {
         "num_workers", "batch_size", "prefetch_factor", "pin_memory", "persistent_workers", "start_method", "in_order",
-        "worker_threads",
+        "worker_threads", "worker_method",
     }  # fmt: skip
     assert data["recommendation"]["snippet"].startswith("DataLoader(dataset, batch_size=32")
     assert result.recommendation is not None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import queue
 import shutil
@@ -24,20 +25,14 @@ from pathlib import Path
 from loadertop.core.engine.drive.ceiling_requests import describe as describe_ceilings
 from loadertop.core.engine.drive.ceiling_requests import measure_ceilings
 from loadertop.core.engine.drive.data_stop import SameFailure
-from loadertop.core.engine.drive.dataset_check import check_dataset
-from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, log_tail, start_runner
+from loadertop.core.engine.drive.dataset_check import DatasetCheck, check_dataset
+from loadertop.core.engine.drive.preflight_run import PreflightRun
+from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, start_runner
 from loadertop.core.engine.drive.trial_watch import TrialWatch
 from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.engine.verdict.outcome import conclude
-from loadertop.core.engine.verdict.preflight import (
-    before_trials,
-    first_batch_checks,
-    forecast,
-    start_checks,
-    strict_error,
-)
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.guards import (
@@ -52,7 +47,7 @@ from loadertop.core.machine.probes import Probes
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Event, Notice, ProbeSample, SweepFinished, SweepStarted, TrialFinished
 from loadertop.core.model.protocol import Checked, TrialRequest
-from loadertop.core.model.results import Ceiling, MachineInfo, PreflightCheck, SweepResult, TrialResult
+from loadertop.core.model.results import Ceiling, MachineInfo, SweepResult, TrialResult
 
 
 class Sweep:
@@ -79,18 +74,14 @@ class Sweep:
         self._kept = {t.config: t for t in resume if t.status in ("ok", "failed")}
         # 0-worker combinations the DataLoader rejects: reported as skipped at the end, never run.
         self._skipped = [] if only else settings.skipped_configs()
-        self._iterable = False  # the dataset is an IterableDataset (from the runner's check)
-        self._loader_args: tuple[str, ...] = ()
-        self._graph: tuple[str, ...] = ()  # a torchdata.nodes graph's swept nodes (the runner's check)
-        self._build: tuple[str, float | None] = ("", None)  # what was built, how long it took (dataset_check.py)
-        self._shared = False  # every trial is forked from the runner's one build of the dataset
+        # The runner's check: the dataset's kind, the factory's DataLoader arguments (the snippet keeps them), a
+        # torchdata.nodes graph's swept nodes, what was built, and whether every trial is forked from that build.
+        self._check: DatasetCheck | None = None
         self._same = SameFailure()  # every configuration failing the same way on the data stops the sweep
         self._raised: str | None = None  # what the last trial's own code raised
         self.checked = threading.Event()  # set once the dataset spec loaded: faces may hold output until then
         self._fd_warned = False
-        self._preflight: tuple[PreflightCheck, ...] = ()  # the checks before the first trial (verdict/preflight.py)
-        self._checked: Checked | None = None  # the runner's check: its pre-flight figures
-        self._forecast = False  # the first batch at the top count was forecast from the first rungs
+        self._preflight = PreflightRun(settings, self._emit)
         self.guard = MemoryGuard(
             parse_mem_floor(settings.mem_floor, memory_total_mb()), self._guard_kill, ranks=settings.ranks
         )
@@ -225,7 +216,7 @@ class Sweep:
             return runner
         runner.close()
         fresh = start_runner(self.run_dir / LOG, self._cancel)
-        return self._check_dataset(fresh, quiet=True) if self._shared else fresh
+        return self._check_dataset(fresh, quiet=True) if self._check and self._check.shared else fresh
 
     def _drive(self) -> None:
         started = time.monotonic()
@@ -262,7 +253,7 @@ class Sweep:
                 trials.append(trial)
                 append_trial(self.run_dir, trial)
                 self._emit(TrialFinished(trial))
-                self._forecast_first_batch(trials, machine.usable_cpus)
+                self._preflight.forecast(trials, self.planner.planned(), machine.usable_cpus)
                 if not self._nodes.many:  # many nodes: node 0's verdict goes through the link, as any stop
                     self._same.trial(trial, self._raised)
         except Cancelled:
@@ -304,26 +295,23 @@ class Sweep:
         self._nodes.on_break(self._on_node_break)
 
     def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
+        checked = self._check.checked if self._check is not None else Checked(ok=False)  # stopped before the check
         conclusion = conclude(
             trials,
             self.settings,
             machine,
             ceilings=self._ceilings,
             search_trace=tuple(self.planner.trace),
-            iterable=self._iterable,
-            loader_args=self._loader_args,
-            graph=self._graph,
+            iterable=checked.iterable,
+            loader_args=checked.extra_args,
+            graph=checked.graph,
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:
             self._emit(Notice("info", note))
-        cpus = machine.usable_cpus
-        first_batch = first_batch_checks(trials, cpus) + start_checks(trials, self._checked, cpus)
-        for check in first_batch:
-            self._emit(Notice(check.level, check.message))
         self.result = dataclasses.replace(
             conclusion.result,
-            preflight=self._preflight + first_batch,
+            preflight=self._preflight.after(trials, machine.usable_cpus),
             run_dir=str(self.run_dir),
             interrupted=self._cancel.is_set() or self._stop_after.is_set(),
             wall_s=wall_s,
@@ -334,32 +322,15 @@ class Sweep:
 
     def _after_check(self, machine: MachineInfo) -> MachineInfo:
         """After the dataset check: the pre-flight checks, the build in machine.json, the 0-worker skips said."""
-        self._preflight_checks(machine)
-        machine = dataclasses.replace(machine, dataset_build=self._build[0], dataset_build_s=self._build[1])
+        # The faces hold their opening lines until this passes (`checked`): a --strict stop is one line too.
+        self._preflight.before_trials(machine.shm_free_mb, self.planner.planned())
+        self.checked.set()
+        build, built_s = (self._check.build, self._check.checked.built_s) if self._check else ("", None)
+        machine = dataclasses.replace(machine, dataset_build=build, dataset_build_s=built_s)
         write_json(self.run_dir / "machine.json", dataclasses.asdict(machine))
         if self._skipped:  # the DataLoader rejects their knobs at 0 workers
             self._emit(Notice("info", f"{len(self._skipped)} combinations with 0 workers are not run: skipped"))
         return machine
-
-    def _preflight_checks(self, machine: MachineInfo) -> None:
-        """/dev/shm and the dataset's pickle, said before the first trial; --strict stops at a warning (exit 2).
-        The faces hold their opening lines until this passes (`checked`): a --strict stop is one line too."""
-        if self._checked is not None:
-            self._preflight = before_trials(machine.shm_free_mb, self._checked, self.settings, self.planner.planned())
-        for check in self._preflight:
-            self._emit(Notice(check.level, check.message))
-        if self.settings.strict and (error := strict_error(self._preflight)):
-            raise UsageError(error)
-        self.checked.set()
-
-    def _forecast_first_batch(self, trials: list[TrialResult], cpus: int) -> None:
-        """Once the first rungs are measured: the first batch at the top planned count, to check it against."""
-        if self._forecast:
-            return
-        note = forecast(trials, max(c.num_workers for c in self.planner.planned()), cpus)
-        if note is not None:
-            self._forecast = True
-            self._emit(Notice("info", note))
 
     def _measure_ceilings(self, runner: RunnerProcess) -> tuple[Ceiling, ...]:
         """The consumer alone on a cached batch, before the first trial (ceiling_requests.py)."""
@@ -401,11 +372,8 @@ class Sweep:
         check = check_dataset(runner, restart, self.settings, methods, self._cancel)
         if quiet:  # a runner started again mid-sweep: build once more, say nothing new
             return check.runner
-        self._iterable, self._shared = check.checked.iterable, check.shared
-        self._build = check.build, check.checked.built_s
-        self._checked = check.checked
-        self._loader_args = check.checked.extra_args  # what the factory passes the DataLoader: the snippet keeps it
-        self._graph = check.checked.graph
+        self._check = check
+        self._preflight.checked = check.checked
         said = check.checked.summary  # one line: what the dataset is, and how it was built
         self._emit(Notice("info", f"{said}; {check.build.removeprefix(f'dataset {check.checked.dataset} ')}"))
         return check.runner
@@ -422,7 +390,8 @@ class Sweep:
         watch = TrialWatch(self, self._emit, index, max(len(self.planner.planned()), index + 1), config)
         self._window, self._window_index, self._watch = None, index, watch
         try:
-            if not self._follow_trial(runner, watch):
+            kill = functools.partial(self._signal_trial, signal.SIGKILL)
+            if not watch.follow(runner, self.settings.trial_timeout, self._cancel, self._resumed, kill):
                 return None
             self._raised = watch.raised
         finally:
@@ -438,27 +407,6 @@ class Sweep:
         window: list[ProbeSample] = self._window or []
         self._window = None
         return watch.result(memory, window)
-
-    def _follow_trial(self, runner: RunnerProcess, watch: TrialWatch) -> bool:
-        """Hand the runner's messages to the trial's watch until the trial exits; False when cancelled."""
-        timeout = self.settings.trial_timeout
-        while not watch.exited:
-            if self._cancel.is_set():
-                runner.drain_until_exit()
-                return False
-            if not self._resumed.is_set():
-                watch.touch()
-            elif watch.hung(timeout):
-                self._signal_trial(signal.SIGKILL)
-            try:
-                message = runner.get(timeout=0.1)
-            except queue.Empty:
-                continue
-            if message is None:
-                watch.runner_died(log_tail(self.run_dir / LOG))
-            else:
-                watch.handle(message)
-        return True
 
     # -- the running trial's host (trial_watch.TrialHost) ---------------------------------------------------------
 

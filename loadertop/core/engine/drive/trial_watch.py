@@ -7,13 +7,17 @@ guard, the probes and the window (the steady part of the trial the probes summar
 
 from __future__ import annotations
 
+import queue
 import signal
 import statistics
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Protocol
 
+from loadertop.core.engine.drive.runner_link import RunnerProcess as RunnerLink
+from loadertop.core.engine.drive.runner_link import log_tail
 from loadertop.core.engine.verdict.memory import live_figures, window_figures
 from loadertop.core.machine.facts import shm_free_mb
 from loadertop.core.machine.guards import TrialMemory, shm_hint
@@ -76,6 +80,34 @@ class TrialWatch:
         self.rates: list[float] = []  # the blocks' samples/s so far, for the running median the faces show
 
     # -- the loop's side ------------------------------------------------------------------------------------------
+
+    def follow(
+        self,
+        runner: RunnerLink,
+        timeout: float,
+        cancelled: threading.Event,
+        resumed: threading.Event,
+        kill: Callable[[], None],
+    ) -> bool:
+        """Handle the runner's messages until the trial exits; False when cancelled. A paused trial is not hung;
+        one silent past `timeout` is killed (`kill`: SIGKILL to its process group)."""
+        while not self.exited:
+            if cancelled.is_set():
+                runner.drain_until_exit()
+                return False
+            if not resumed.is_set():
+                self.touch()
+            elif self.hung(timeout):
+                kill()
+            try:
+                message = runner.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            if message is None:
+                self.runner_died(log_tail(runner.log_path))
+            else:
+                self.handle(message)
+        return True
 
     def touch(self) -> None:
         """A frozen trial is not a hung one: paused time does not count towards --trial-timeout."""
