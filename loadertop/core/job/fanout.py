@@ -7,8 +7,10 @@ Used only from the publisher's thread; nothing here is thread-safe.
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
 import socket
+import threading
 from collections import deque
 
 VIEWER_BUFFER = 2000  # lines a viewer may lag behind before its oldest are dropped
@@ -21,6 +23,13 @@ class _Viewer:
         self.lines: deque[bytes] = deque(maxlen=VIEWER_BUFFER)
         self.partial = memoryview(b"")  # the rest of a line under way: never dropped, so lines stay whole
         self.dropped = 0
+
+
+# Held while a viewer's socket joins or leaves the list that a forked child closes (Fanout.close_fds); a fork waits
+# for it (os.register_at_fork), so no DataLoader worker is born holding a viewer's socket the list does not name.
+_NO_FORK = threading.Lock()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_NO_FORK.acquire, after_in_parent=_NO_FORK.release, after_in_child=_NO_FORK.release)
 
 
 class Fanout:
@@ -85,13 +94,14 @@ class Fanout:
         self._viewers.clear()
 
     def _accept(self) -> None:
-        try:
-            sock, _ = self._listener.accept()
-        except OSError:  # the client left before we took it
-            return
+        with _NO_FORK:  # a worker forked between accept() and the list would keep the viewer's socket open
+            try:
+                sock, _ = self._listener.accept()
+            except OSError:  # the client left before we took it
+                return
+            viewer = _Viewer(sock)
+            self._viewers[sock.fileno()] = viewer
         sock.setblocking(False)
-        viewer = _Viewer(sock)
-        self._viewers[sock.fileno()] = viewer
         self._sel.register(sock, selectors.EVENT_READ, "viewer")
         self.joined.append(viewer)
 
@@ -126,10 +136,11 @@ class Fanout:
 
     def _forget(self, viewer: _Viewer) -> None:
         fd = viewer.sock.fileno()
-        self._viewers.pop(fd, None)
         with contextlib.suppress(KeyError, ValueError):
             self._sel.unregister(viewer.sock)
-        with contextlib.suppress(OSError):
-            viewer.sock.close()
+        with _NO_FORK:  # nor between leaving the list and close(): the child's copy would outlive ours
+            self._viewers.pop(fd, None)
+            with contextlib.suppress(OSError):
+                viewer.sock.close()
         if viewer in self.joined:
             self.joined.remove(viewer)

@@ -54,12 +54,14 @@ class RunnerProcess:
         threading.Thread(target=self._read, name="loadertop-runner-reader", daemon=True).start()
 
     def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for raw in self.proc.stdout:
-            try:
-                self.messages.put(decode_reply(raw))
-            except ProtocolError as exc:
-                self.messages.put(exc)
+        stdout = self.proc.stdout
+        assert stdout is not None
+        with stdout:  # closed at EOF: whoever still holds this RunnerProcess holds no pipe
+            for raw in stdout:
+                try:
+                    self.messages.put(decode_reply(raw))
+                except ProtocolError as exc:
+                    self.messages.put(exc)
         self.messages.put(None)  # EOF: the runner is gone
 
     def get(self, timeout: float) -> Reply | None:
