@@ -34,7 +34,6 @@ from loadertop.core.trial.nodes_graph import (
     child_of,
     describe,
     hidden_children,
-    method_for,
     rebuild,
     summary,
 )
@@ -111,9 +110,8 @@ def test_a_loader_stays_a_loader_and_its_mappers_keep_their_method() -> None:
     user = Loader(pipeline(), restart_on_stop_iteration=False)
     new = rebuild(user, TrialConfig(1, 32))
     assert isinstance(new, Loader) and not new.restart_on_stop_iteration and new.root is not user.root
-    node = chain(user)[1]
     # the DataLoader axis's default (process) never turns a thread mapper into processes
-    assert method_for(TrialConfig(1, 32, worker_method="process"), node) == "thread"
+    assert chain(rebuild(user, TrialConfig(1, 32, worker_method="process")))[1].method == "thread"
 
 
 @pytest.mark.unit

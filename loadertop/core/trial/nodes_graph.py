@@ -123,13 +123,6 @@ def _text(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
-def method_for(config: TrialConfig, node: Any) -> str:
-    """The ParallelMapper's method for this trial: the graph's own (--worker-method is refused on a graph: its
-    default, process, would otherwise turn every thread mapper into processes)."""
-    del config  # the one place a method axis for graphs would go
-    return str(node.method)
-
-
 def rebuild(graph: Any, config: TrialConfig) -> Any:
     """A new graph for this trial, bottom-up: swept mappers and prefetchers made anew with the trial's values,
     mappers above a changed node made anew with their own values, other nodes above it copied and re-pointed.
@@ -166,7 +159,9 @@ def _mapper(node: Any, source: Any, config: TrialConfig | None) -> Any:
     workers, in_order, method = node.num_workers, node.in_order, node.method
     context, limit = node.multiprocessing_context, node.max_concurrent
     if config is not None:
-        workers, in_order, method = config.num_workers, config.in_order, method_for(config, node)
+        # The method stays the graph's own: --worker-method is refused on a graph (its default, process, would
+        # turn every thread mapper into processes).
+        workers, in_order = config.num_workers, config.in_order
         if method == "process" and config.start_method:
             context = config.start_method
         if limit is not None and workers > 0:

@@ -138,7 +138,7 @@ def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_metho
 def _mapper_args(args: dict[str, str], config: TrialConfig, default_start_method: str) -> list[str]:
     """A swept ParallelMapper's arguments at the measured values; the user's others (max_concurrent, prebatch)
     kept, max_concurrent held under num_workers as torchdata requires."""
-    method = args.get("method", '"thread"').strip('"')  # the graph's own (trial/nodes_graph.py method_for)
+    method = args.get("method", '"thread"').strip('"')  # the graph's own (trial/nodes_graph.py _mapper)
     out = [f"num_workers={config.num_workers}"]
     if not config.in_order:
         out.append("in_order=False")
