@@ -33,11 +33,12 @@ def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
     """Fail the test if it leaves any child process of the test process behind."""
-    me = psutil.Process()
-    before = {p.pid for p in me.children(recursive=True)}
+    from procs import own_children
+
+    before = {p.pid for p in own_children()}
     yield
-    psutil.wait_procs([p for p in me.children(recursive=True) if p.pid not in before], timeout=3)
-    left = [p for p in me.children(recursive=True) if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+    psutil.wait_procs([p for p in own_children() if p.pid not in before], timeout=3)
+    left = [p for p in own_children() if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
 
 

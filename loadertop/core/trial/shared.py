@@ -118,6 +118,3 @@ def _private_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return kb / 1024
-
-
-
