@@ -118,3 +118,11 @@ def pytest_configure(config: pytest.Config) -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Under xdist the solo tests go last, when the other workers are done or nearly: one waiting for the machine
+    # mid-run would idle every other worker until their tests ended. (A stable sort: the same order on every
+    # worker, as xdist requires.)
+    if getattr(config, "workerinput", None) is not None:
+        items.sort(key=lambda item: item.get_closest_marker("solo") is not None)

@@ -4,6 +4,7 @@ an exec'd one, reused across sweeps, replaced when it is gone or the environment
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import threading
 import time
@@ -69,3 +70,18 @@ def test_another_import_time_environment_gets_a_template_of_its_own(
     monkeypatch.setenv("LOADERTOP_JOBS_DIR", str(tmp_path))  # not read at import: the same template serves
     _, parent_again = started(tmp_path, "c")
     assert parent_again == parent
+
+
+def test_the_runner_inherits_this_process_limits_as_they_are_now_not_the_templates(tmp_path: Path) -> None:
+    started(tmp_path, "a")  # the template exists, started under the limits of then
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (200, hard))
+    try:
+        runner = start_runner(tmp_path / "b.log", threading.Event())
+        try:
+            assert psutil.Process(runner.proc.pid).rlimit(psutil.RLIMIT_NOFILE) == (200, hard)
+            assert psutil.Process(runner.proc.pid).ppid() == template_pid()  # forked, not exec'd
+        finally:
+            runner.close()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -440,7 +440,6 @@ def test_cli_search_choices():
 # ------------------------------------------------------------------------------------------------ end to end
 
 
-@pytest.mark.solo
 def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
     from loadertop.core.engine.drive.driver import Sweep
     from loadertop.core.model.events import Notice, SweepFinished
@@ -524,7 +523,6 @@ def test_rule_notes_say_what_each_knee_rule_found_and_which_chose():
     assert flat == ["knee: none marked (flat): no clear knee: flat within 2%"]
 
 
-@pytest.mark.solo
 def test_real_contended_curve_finds_the_peak_region_and_does_not_climb_to_the_top(
     runs: Path, no_leftovers: None
 ) -> None:

@@ -46,7 +46,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
     if not os.environ.get("LOADERTOP_SOAK_ALONE"):
         test = f"{__file__}::test_fifty_trials_leak_no_files_threads_children_or_memory"
         env = {**os.environ, "LOADERTOP_SOAK_ALONE": "1"}
-        args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", test]
+        args = [sys.executable, "-m", "pytest", "-q", "-s", "-n", "0", "-p", "no:cacheprovider", test]
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=280)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         return
@@ -56,7 +56,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
     threads_before = threading.active_count()
     configs = [TrialConfig(n, 32, 2, start_method="fork") if n else TrialConfig(0, 32) for n in (0, 1, 2, 3)]
     only = [configs[i % 4] for i in range(TRIALS)]
-    settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.6, block_seconds=0.1,
+    settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.4, block_seconds=0.1,
                         min_blocks=3, interval=0.2)  # fmt: skip
     sweep = Sweep(settings, out_dir=runs, only=only)
     family = Family().watch()

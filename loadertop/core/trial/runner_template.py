@@ -22,6 +22,7 @@ import contextlib
 import gc
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -71,6 +72,7 @@ def _become_runner(request: dict[str, Any], fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        _inherit(request)
         os.environ.clear()
         os.environ.update(request["env"])
         tempfile.tempdir = None  # TMPDIR is the runner's own folder
@@ -94,6 +96,18 @@ def _become_runner(request: dict[str, Any], fds: list[int]) -> None:
         os._exit(code)
 
 
+def _inherit(request: dict[str, Any]) -> None:
+    """What an exec'd runner would have inherited from its driver at this moment, not at the template's start: the
+    resource limits (a lowered open-file limit), the CPUs it may run on, the umask."""
+    for name, (soft, hard) in request["limits"].items():
+        with contextlib.suppress(ValueError, OSError):  # a hard limit above the template's own cannot be raised
+            resource.setrlimit(getattr(resource, name), (soft, hard))
+    if request["cpus"] and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, request["cpus"])
+    os.umask(request["umask"])
+
+
 def _import_path(cwd: str, pythonpath: str) -> list[str]:
     """sys.path as `python -m` would start it here: the working directory, PYTHONPATH, then the interpreter's own
     (ours, less the template's working directory and PYTHONPATH of its day)."""
@@ -102,4 +116,5 @@ def _import_path(cwd: str, pythonpath: str) -> list[str]:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # No interpreter teardown: torch's takes a second on a busy machine, and a template has nothing to flush
+    os._exit(main())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import select
 import socket
 import subprocess
@@ -102,7 +103,7 @@ class RunnerTemplate:
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         try:
-            request = json.dumps({"env": dict(env), "cwd": os.getcwd()}).encode()
+            request = json.dumps({"env": dict(env), "cwd": os.getcwd(), **inherited()}).encode()
             socket.send_fds(self.sock, [request], [stdin_r, stdout_w, stderr])
             readable, _, _ = select.select([self.sock], [], [], REPLY_TIMEOUT)
             pid = self._reply().get("pid") if readable else None
@@ -131,6 +132,23 @@ class RunnerTemplate:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
+
+
+def inherited() -> dict[str, object]:
+    """What a child of this process inherits besides its environment and directory, as it is now: resource limits,
+    the CPUs it may use, the umask (a test or a user may have lowered the open-file limit since the template began)."""
+    limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")}
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    return {"limits": limits, "cpus": cpus, "umask": _umask()}
+
+
+def _umask() -> int:
+    # Read, not set and set back: other threads of this process may be creating files meanwhile
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    return 0o022
 
 
 _lock = threading.Lock()
