@@ -178,7 +178,8 @@ def check_first_batch(
     try:
         loader = (cls or DataLoader)(note_indices(dataset, pickled=False), num_workers=0, **kwargs)
     except Exception as exc:  # a loader subclass that takes other arguments: every trial would fail the same way
-        raise SpecError(f"building a {(cls or DataLoader).__name__} raised {type(exc).__name__}: {exc}") from exc
+        name = (cls or DataLoader).__name__
+        raise SpecError(f"building a {name} with a trial's arguments raised {type(exc).__name__}: {exc}") from exc
     try:
         batch = next(iter(loader))
     except StopIteration:
