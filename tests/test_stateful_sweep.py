@@ -144,3 +144,14 @@ def test_the_api_sweeps_a_stateful_loader_instance(runs: Path) -> None:
     assert result.recommendation is not None
     assert result.recommendation.snippet.startswith("StatefulDataLoader(dataset, batch_size=")
     assert "shuffle=True, collate_fn=stack" in result.recommendation.snippet
+
+
+@pytest.mark.unit
+def test_thread_workers_are_refused_for_a_stateful_loader() -> None:
+    from loadertop.core.engine.drive.settings import build_settings
+    from loadertop.core.trial.check import check_threads
+
+    settings = build_settings({"worker_method": "thread", "workers": [0, 2]})
+    check_threads(settings, {}, False)  # a Dataset's: the thread chain
+    with pytest.raises(SpecError, match="not the factory's StatefulDataLoader"):
+        check_threads(settings, {}, False, "StatefulDataLoader")

@@ -47,7 +47,7 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         if settings.ranks == 1 and settings.nodes == 1:  # a rank's data is read by its rank, never by the check
             batch = check_first_batch(dataset, extra, settings, loaded.loader_cls)
         check_settings(settings, extra)
-        check_threads(settings, extra, iterable)
+        check_threads(settings, extra, iterable, loaded.loader_name)
         answer = checked(dataset, extra, iterable, built_s, loaded.loader_name)
         emit(dataclasses.replace(answer, **preflight_fields(batch, pickled, started)))
         return 0
@@ -189,12 +189,15 @@ def check_first_batch(
     return tensor_bytes(batch), samples
 
 
-def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool) -> None:
-    """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour."""
+def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool, loader: str = "DataLoader") -> None:
+    """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour; a
+    factory's own loader class (a StatefulDataLoader) is not what the thread chain measures."""
     from loadertop.core.trial.nodes_loader import HONOURED
 
     if "thread" not in settings.worker_methods:
         return
+    if loader != "DataLoader":
+        raise SpecError(f"--worker-method thread measures a torchdata.nodes chain, not the factory's {loader}: drop it")
     if iterable:
         raise SpecError("--worker-method thread takes map-style datasets only; this one is an IterableDataset")
     unknown = sorted(set(extra) - set(HONOURED) - {"shuffle", "generator"})
