@@ -36,15 +36,17 @@ def conclude(
     loader_args: tuple[str, ...] = (),
     rerun_of: SweepResult | None = None,
     graph: tuple[str, ...] = (),
+    loader: str = "DataLoader",
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
     the same configurations and the whole table is judged again (engine/verdict/rerun.py). `loader_args`: the DataLoader
     arguments the dataset factory returned, as "name=text" (the snippet keeps them). `graph`: a torchdata.nodes
-    graph's swept nodes as the runner's check described them (the snippet is then their constructor lines)."""
+    graph's swept nodes as the runner's check described them (the snippet is then their constructor lines).
+    `loader`: the class the trials built (a factory's StatefulDataLoader: the snippet builds one too)."""
     evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
     if rerun_of is not None:
         evidence = fold_rerun(rerun_of, evidence)
-    conclusion = _judge(evidence, machine, loader_args)
+    conclusion = _judge(evidence, machine, UserArgs(_pairs(loader_args), loader=loader))
     return _as_graph(conclusion, graph, machine) if graph else conclusion
 
 
@@ -59,14 +61,18 @@ def _as_graph(conclusion: Conclusion, graph: tuple[str, ...], machine: MachineIn
     return dataclasses.replace(conclusion, result=result)
 
 
-def _judge(evidence: Evidence, machine: MachineInfo, loader_args: tuple[str, ...] = ()) -> Conclusion:
+def _pairs(loader_args: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    return tuple((a.partition("=")[0], a.partition("=")[2]) for a in loader_args)
+
+
+def _judge(evidence: Evidence, machine: MachineInfo, user: UserArgs) -> Conclusion:
     settings = evidence.settings
     annotated = [
         with_notes(t, settings.ranks, machine.usable_cpus)
         for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings, bool(settings.consumer))
     ]
     knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings, last_stop(evidence.search_trace))
-    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable, loader_args)
+    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable, user)
     usl = fit_curve(worker_curve(annotated, settings.tolerance))
     result = SweepResult(
         machine=machine,
@@ -78,6 +84,7 @@ def _judge(evidence: Evidence, machine: MachineInfo, loader_args: tuple[str, ...
         usl=usl,
         search_trace=evidence.search_trace,
         iterable=evidence.iterable,
+        loader=user.loader,
     )
     return Conclusion(result, tuple(rule_notes(knee, usl, settings.tolerance)))
 
@@ -88,7 +95,7 @@ def _per_rank(
     settings: Settings,
     machine: MachineInfo,
     iterable: bool,
-    loader_args: tuple[str, ...] = (),
+    user: UserArgs,
 ) -> Recommendation | None:
     """The recommended trial's data warnings belong in its reason; with --ranks the recommendation is per rank: say
     what that means for the node, and shard the snippet as the measurement did. The snippet keeps what the
@@ -100,7 +107,6 @@ def _per_rank(
     paced = [p for p in (pacing(t) for t in chosen) if p]  # many nodes: the rank that paces the job, and its cost
     if warnings or paced:
         rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings, *paced]))
-    user = UserArgs(tuple((a.partition("=")[0], a.partition("=")[2]) for a in loader_args))
     pasted = rec.config if has_cuda(machine) else dataclasses.replace(rec.config, pin_memory=False)  # as analyze
     if settings.ranks < 2:
         return dataclasses.replace(rec, snippet=snippet(pasted, machine.default_start_method, user=user))
