@@ -72,10 +72,8 @@ def hidden_children(graph: Any) -> list[str]:
             return True
         if isinstance(value, Mapping):
             return any(isinstance(v, BaseNode) for v in value.values())
-        return (
-            isinstance(value, Sequence)
-            and not isinstance(value, str | bytes)
-            and any(isinstance(v, BaseNode) for v in value)
+        return isinstance(value, Sequence) and not isinstance(value, str | bytes) and any(
+            isinstance(v, BaseNode) for v in value
         )
 
     found = []
