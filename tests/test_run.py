@@ -17,6 +17,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CLI = "import sys; from loadertop.cli import main; sys.exit(main())"
+# loadertop as a terminal starts a foreground job: SIGINT at its default. A test process may have it ignored (a
+# background job of a non-interactive shell does), and `loadertop run` hands the job what it was given, as the shell
+# would have without it: the job would ignore the Ctrl-C this test sends.
+TERMINAL_CLI = f"import signal; signal.signal(signal.SIGINT, signal.default_int_handler); {CLI}"
 
 # Never imports loadertop. Prints its own samples/s over its loop (from its first batch), then exits with argv[3].
 TRAIN = r"""
@@ -182,7 +186,8 @@ def test_ctrl_c_reaches_the_job_and_run_outlives_it(jobs_root: Path, tmp_path: P
     script = tmp_path / "interrupted.py"
     script.write_text(INTERRUPTED)
     env = {**os.environ, "LOADERTOP_JOBS_DIR": str(jobs_root), "PYTHONPATH": str(ROOT)}
-    command = [sys.executable, "-c", CLI, "run", "--headless", "--interval", "0.5", "--", sys.executable, str(script)]
+    command = [sys.executable, "-c", TERMINAL_CLI, "run", "--headless", "--interval", "0.5", "--", sys.executable,
+               str(script)]  # fmt: skip
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # fmt: skip
     try:
