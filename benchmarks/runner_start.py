@@ -10,7 +10,6 @@ started through env(1) so that no template is used. Prints one table; results ar
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import tempfile
 import threading
@@ -18,7 +17,7 @@ import time
 from pathlib import Path
 
 from loadertop.core.engine.drive import runner_link
-from loadertop.core.engine.drive.runner_start import ENABLE, template_pid
+from loadertop.core.engine.drive.runner_start import template_pid
 
 
 def time_start(log: Path, argv: tuple[str, ...]) -> float:
@@ -33,7 +32,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=5)
     repeats = parser.parse_args().repeats
-    os.environ[ENABLE] = "1"  # the template is opt-in for now
     log = Path(tempfile.mkdtemp()) / "runner.log"
     # The default command through env(1): another argv, so start_runner execs it (the template serves the default)
     execd = [time_start(log, ("env", *runner_link.RUNNER_ARGV)) for _ in range(repeats)]

@@ -14,16 +14,11 @@ import psutil
 import pytest
 
 from loadertop.core.engine.drive.runner_link import start_runner
-from loadertop.core.engine.drive.runner_start import ENABLE, template_pid
+from loadertop.core.engine.drive.runner_start import template_pid
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest
 
 SPEC = "synthetic:cpu_ms=0,io_ms=0,kb=1,length=64"
-
-
-@pytest.fixture(autouse=True)
-def template_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(ENABLE, "1")  # opt-in for now (runner_start.fork_runner)
 
 
 def started(tmp_path: Path, name: str) -> tuple[int, int]:

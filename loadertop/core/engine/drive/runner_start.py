@@ -25,7 +25,6 @@ import time
 from collections.abc import Mapping
 from typing import IO
 
-ENABLE = "LOADERTOP_RUNNER_TEMPLATE"  # "1": fork runners from the template
 TEMPLATE_ARGV = (sys.executable, "-m", "loadertop.core.trial.runner_template")
 TEMPLATE_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
 REPLY_TIMEOUT = 10.0  # a fork and a pid
@@ -163,12 +162,8 @@ def template_pid() -> int | None:
 
 def fork_runner(env: Mapping[str, str], stderr: int, cancelled: threading.Event) -> ForkedRunner | None:
     """A runner forked from this process's template (started, or replaced, as needed); None where that failed and
-    the runner should be exec'd instead. Opt-in for now (LOADERTOP_RUNNER_TEMPLATE=1): with it on, CI's full suite
-    failed a `loadertop run` Ctrl-C test three times in three runs, which no smaller run reproduced; until that is
-    understood, runners are exec'd by default."""
+    the runner should be exec'd instead."""
     global _template
-    if env.get(ENABLE) != "1":
-        return None
     key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in NOT_IMPORT_TIME))
     with _lock:
         for _attempt in range(2):  # a template that left while idle is started afresh, once
