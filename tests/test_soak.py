@@ -46,7 +46,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
     if not os.environ.get("LOADERTOP_SOAK_ALONE"):
         test = f"{__file__}::test_fifty_trials_leak_no_files_threads_children_or_memory"
         env = {**os.environ, "LOADERTOP_SOAK_ALONE": "1"}
-        args = [sys.executable, "-m", "pytest", "-q", "-s", "-p", "no:cacheprovider", test]
+        args = [sys.executable, "-m", "pytest", "-q", "-s", "-n", "0", "-p", "no:cacheprovider", test]
         done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=280)
         assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
         return
