@@ -73,7 +73,7 @@ class MetricsServer:
         registry.register(self)
 
         def body() -> bytes:
-            data: bytes = generate_latest(registry)  # type: ignore[no-untyped-call]  # prometheus_client leaves generate_latest unannotated
+            data: bytes = generate_latest(registry)  # type: ignore[no-untyped-call]
             return data
 
         class Handler(BaseHTTPRequestHandler):

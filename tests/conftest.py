@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import fcntl
 import multiprocessing.process
 import os
 import shutil
@@ -34,12 +33,11 @@ def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
     """Fail the test if it leaves any child process of the test process behind."""
-    from procs import own_children
-
-    before = {p.pid for p in own_children()}
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
     yield
-    psutil.wait_procs([p for p in own_children() if p.pid not in before], timeout=3)
-    left = [p for p in own_children() if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
+    psutil.wait_procs([p for p in me.children(recursive=True) if p.pid not in before], timeout=3)
+    left = [p for p in me.children(recursive=True) if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
     assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
 
 
@@ -77,52 +75,3 @@ def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
             f.write(request.node.nodeid + "\n")
     elif started:
         pytest.fail(f"a test marked in-process started {started[0]}: mark it by what it starts")
-
-
-@pytest.fixture(autouse=True)
-def machine_to_itself(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Under pytest-xdist, a test marked `solo` has the machine to itself: its verdict compares measured speeds (one
-    configuration beating another, a transport bound), which a neighbour's workers on 2 cores would decide instead.
-    Every other test holds the machine shared. A readers-writer lock over the run's workers, with a turnstile so a
-    waiting solo test is not starved by the shared ones."""
-    workerinput = getattr(request.config, "workerinput", None)  # only a real xdist worker (not a child pytest)
-    if workerinput is None:
-        yield
-        return
-    solo = request.node.get_closest_marker("solo") is not None
-    base = Path(tempfile.gettempdir()) / f"loadertop-tests-{workerinput['testrunuid']}"
-    with open(f"{base}.turnstile", "a") as turnstile, open(f"{base}.lock", "a") as lock:
-        fcntl.flock(turnstile, fcntl.LOCK_EX)  # a solo test waiting holds it: no shared one starts meanwhile
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX if solo else fcntl.LOCK_SH)
-        finally:
-            fcntl.flock(turnstile, fcntl.LOCK_UN)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def pytest_configure_node(node: Any) -> None:
-    """pytest-xdist's hook, on the controller: hand each worker the terminal size variables as the run had them."""
-    node.workerinput["terminal_env"] = {name: os.environ.get(name) for name in ("COLUMNS", "LINES")}
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    # An xdist worker starts with COLUMNS=80 and LINES=24 of its own; the headless face reads $COLUMNS for files
-    # and pipes, so a worker would render tables narrower than the same test run without -n.
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is not None:
-        for name, value in workerinput.get("terminal_env", {}).items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under xdist the solo tests go last, when the other workers are done or nearly: one waiting for the machine
-    # mid-run would idle every other worker until their tests ended. (A stable sort: the same order on every
-    # worker, as xdist requires.)
-    if getattr(config, "workerinput", None) is not None:
-        items.sort(key=lambda item: item.get_closest_marker("solo") is not None)

@@ -15,30 +15,9 @@ from pathlib import Path
 
 import psutil
 
-from loadertop.core.engine.drive.runner_start import template_pid
 from loadertop.core.model.events import Event, ProbeSample, TrialStarted
 
 FAULTS = str(Path(__file__).with_name("fault_datasets.py"))
-
-
-def own_children() -> list[psutil.Process]:
-    """This process's descendants less its runner template, which outlives a sweep by design (a runner it forked
-    and left behind is a leak all the same: engine/drive/runner_start.py)."""
-    template = template_pid()
-    return [p for p in psutil.Process().children(recursive=True) if p.pid != template]
-
-
-def runner_below(root: int) -> psutil.Process:
-    """loadertop's runner under the process `root`: exec'd by it, or forked by its runner template."""
-    for process in psutil.Process(root).children(recursive=True):
-        try:
-            line = " ".join(process.cmdline())
-            template = "runner_template" in line and process.ppid() == root
-            if "loadertop.core.trial.runner" in line and os.getsid(process.pid) == process.pid and not template:
-                return process
-        except (psutil.NoSuchProcess, ProcessLookupError):
-            continue
-    raise AssertionError(f"no runner below {root}")
 
 
 def alive(pid: int) -> bool:
@@ -54,7 +33,7 @@ class Family:
 
     def __init__(self, root: int | None = None) -> None:
         self.root = psutil.Process(root if root is not None else os.getpid())
-        self.before = set() if root is not None else {p.pid for p in own_children()}
+        self.before = set() if root is not None else {p.pid for p in self.root.children(recursive=True)}
         self.pids: set[int] = set() if root is None else {root}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -64,8 +43,7 @@ class Family:
             children = self.root.children(recursive=True)
         except psutil.NoSuchProcess:
             return
-        ours = template_pid()  # this process's runner template outlives the run by design
-        self.pids |= {p.pid for p in children if p.pid not in self.before and p.pid != ours}
+        self.pids |= {p.pid for p in children if p.pid not in self.before}
 
     def see(self, event: Event) -> None:
         if not isinstance(event, ProbeSample):  # a scan of /proc per probe tick would slow the consumer
@@ -98,7 +76,7 @@ class Family:
         self.stop()
         start = time.monotonic()
         while True:
-            left = [p for p in list(self.pids) if alive(p) and p != template_pid()]  # seen before it was known
+            left = [p for p in list(self.pids) if alive(p)]
             if not left:
                 return time.monotonic() - start
             if time.monotonic() - start > seconds:

@@ -11,8 +11,9 @@ import stat
 import time
 from pathlib import Path
 
+import psutil
 import pytest
-from procs import Family, alive, runner_below, start_loadertop, wait_for
+from procs import Family, alive, start_loadertop, wait_for
 
 import loadertop.core.engine.report.runfolder as runfolder
 from loadertop.core.engine.drive.driver import Sweep
@@ -70,7 +71,7 @@ def test_sigkill_of_loadertop_and_its_runner_together_still_leaves_no_worker(tmp
     wait_for(lambda: family.count() >= 5, 60, "the trial's two workers")
     time.sleep(0.5)
     family.look()
-    runner = runner_below(proc.pid)
+    (runner,) = psutil.Process(proc.pid).children()
     os.kill(proc.pid, signal.SIGKILL)
     os.kill(runner.pid, signal.SIGKILL)
     took = family.gone_within(2.0)
@@ -79,9 +80,14 @@ def test_sigkill_of_loadertop_and_its_runner_together_still_leaves_no_worker(tmp
 
 
 def runner_pid(family: Family) -> int:
-    runner = runner_below(os.getpid())
-    assert runner.pid in family.pids
-    return runner.pid
+    for pid in family.pids:
+        try:
+            process = psutil.Process(pid)
+            if "loadertop.core.trial.runner" in " ".join(process.cmdline()) and process.ppid() == os.getpid():
+                return pid
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError("no runner")
 
 
 def test_runner_killed_mid_trial_fails_that_trial_its_processes_die_and_the_sweep_goes_on(runs: Path) -> None:

@@ -233,7 +233,6 @@ def guarded_sweep(runs: Path, only: list[TrialConfig], floor_mb: float, **args: 
     return sweep.result, events
 
 
-@pytest.mark.solo  # its floor is set from free memory now: a neighbour's workers would move it
 def test_guard_stops_workers_that_grow_past_the_floor_before_free_memory_reaches_it(runs: Path) -> None:
     # Two workers grow by 64 MiB a sample up to 768 MiB each; the floor sits 700 MiB below free memory.
     free = read_free_mb()
@@ -255,7 +254,6 @@ def test_guard_stops_workers_that_grow_past_the_floor_before_free_memory_reaches
     assert oom_kills() == oom_before  # the kernel's OOM killer never acted
 
 
-@pytest.mark.solo  # its floor is set from free memory now: a neighbour's workers would move it
 def test_guard_skips_a_trial_predicted_not_to_fit_without_starting_it(runs: Path) -> None:
     # One worker keeps 400 MiB: measured (with 1.2 GiB to spare). Six would take about 2.6 GiB; the floor leaves 1.8.
     result, events = guarded_sweep(runs, [W1, W6], read_free_mb() - 1800, mb="400")

@@ -194,7 +194,7 @@ def test_the_result_keeps_the_preflight_checks(tmp_path: Path) -> None:
     import loadertop as api
 
     result = api.sweep(
-        "synthetic:cpu_ms=0.5,kb=64", out_dir=tmp_path, workers=[0, 1, 2], search="grid", trial_seconds=0.5,
+        "synthetic:cpu_ms=0.5,kb=64", out_dir=tmp_path, workers=[0, 1, 2, 4], search="grid", trial_seconds=0.5,
         start_method="fork,spawn", batch_size=16,
     )  # fmt: skip
     kinds = [p.check for p in result.preflight]
@@ -202,11 +202,11 @@ def test_the_result_keeps_the_preflight_checks(tmp_path: Path) -> None:
     assert result.preflight[1].numbers["worker_start_s"] is not None  # one spawn worker, started for real
     checks = [p for p in result.preflight if p.check == "first_batch"]
     spawned = {p.numbers["workers"] for p in checks if "start_method" in p.numbers}
-    assert spawned == {1, 2}
+    assert spawned == {1, 2, 4}
     written = SweepResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert written.preflight == result.preflight
     shm = result.preflight[0]
-    assert shm.numbers["workers"] == 2 and shm.numbers["batch_mb"] == pytest.approx(1.0, rel=0.01)
+    assert shm.numbers["workers"] == 4 and shm.numbers["batch_mb"] == pytest.approx(1.0, rel=0.01)
 
 
 def test_gpu_check_runs_against_the_fakes() -> None:

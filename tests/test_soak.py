@@ -16,10 +16,9 @@ import time
 from pathlib import Path
 
 import psutil
-from procs import Family, runner_below
+from procs import Family
 
 from loadertop.core.engine.drive.driver import Sweep
-from loadertop.core.engine.drive.runner_start import template_pid
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialFinished
 
@@ -56,7 +55,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
     threads_before = threading.active_count()
     configs = [TrialConfig(n, 32, 2, start_method="fork") if n else TrialConfig(0, 32) for n in (0, 1, 2, 3)]
     only = [configs[i % 4] for i in range(TRIALS)]
-    settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.4, block_seconds=0.1,
+    settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.6, block_seconds=0.1,
                         min_blocks=3, interval=0.2)  # fmt: skip
     sweep = Sweep(settings, out_dir=runs, only=only)
     family = Family().watch()
@@ -69,7 +68,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
             gc.collect()
             driver.append(snapshot(me))
             if runner_process is None:
-                runner_process = runner_below(me.pid)
+                (runner_process,) = me.children()
             if len(driver) < TRIALS:  # after the last trial the runner is already on its way out
                 runner.append(snapshot(runner_process))
     family.gone_within(2.0)
@@ -79,8 +78,7 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
     warm, last = driver[9], driver[-1]  # after 10 trials every code path has run once or twice
     print(f"driver after trial 10: {warm}; after trial {TRIALS}: {last}; runner: {runner[9]} -> {runner[-1]}")
     assert last["fds"] <= warm["fds"] and last["threads"] <= warm["threads"]
-    # The runner (or the runner template it was forked from, which stays for the next sweep), nothing else
-    assert driver[-2]["children"] == warm["children"] == 1
+    assert driver[-2]["children"] == warm["children"] == 1  # the runner, nothing else (it leaves after the last)
     assert last["uss_mb"] - warm["uss_mb"] < 16, (warm, last)
     # The runner at the second-to-last trial (after the last one it is already on its way out).
     assert runner[-1]["fds"] <= runner[9]["fds"] and runner[-1]["threads"] <= runner[9]["threads"]
@@ -88,7 +86,6 @@ def test_fifty_trials_leak_no_files_threads_children_or_memory(runs: Path) -> No
 
     gc.collect()
     after = snapshot(me)
-    kept = template_pid() is not None  # the runner template and its socket stay for the next sweep, by design
-    assert after["fds"] <= before["fds"] + kept and after["children"] == before["children"] + kept
+    assert after["fds"] <= before["fds"] and after["children"] == before["children"]
     assert threading.active_count() <= threads_before, [t.name for t in threading.enumerate()]
     assert os.getpid() == me.pid

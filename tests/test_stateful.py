@@ -155,19 +155,13 @@ def test_loadertop_never_imports_torchdata_by_itself() -> None:
 
 @pytest.mark.unit
 @pytest.mark.parametrize("kind", ["DataLoader", "StatefulDataLoader"])
-def test_a_sweep_given_a_loader_object_hands_it_over_with_its_class(kind: str) -> None:
-    # Its dataset and arguments are read in the runner (tests/test_stateful_sweep.py sweeps one).
-    from loadertop.core.datasets.spec import load_spec
+def test_a_sweep_given_a_loader_object_says_what_to_pass(kind: str) -> None:
     from loadertop.core.engine.drive.api import dataset_spec
+    from loadertop.core.model.config import UsageError
 
     cls = StatefulDataLoader if kind == "StatefulDataLoader" else DataLoader
-    spec, temporary = dataset_spec(cls(Indexed(10), batch_size=2, shuffle=True))
-    assert spec is not None and spec.startswith("pickle:") and temporary is not None
-    try:
-        loaded = load_spec(spec.partition("@")[0])  # not the "@MAIN" part: pytest's __main__ stays
-    finally:
-        temporary.unlink()
-    assert loaded.loader_name == kind and loaded.extra == {"shuffle": True}
+    with pytest.raises(UsageError, match=f"dataset= is a {kind}: pass its dataset"):
+        dataset_spec(cls(Indexed(10), batch_size=2))
 
 
 @pytest.mark.unit

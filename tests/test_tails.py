@@ -57,7 +57,6 @@ def test_slow_samples_give_a_long_tail_shown_by_every_face(runs: Path, no_leftov
     assert "wait_ms_p99" in csv_text.splitlines()[0] and str(t.wait_ms_p99) in csv_text
 
 
-@pytest.mark.solo
 def test_in_order_off_beats_on_when_samples_are_occasionally_slow(runs: Path, no_leftovers: None) -> None:
     # In order, 2 workers wait on the one stuck on a 50 ms sample; unordered, the other keeps handing out batches.
     result = sweep(runs, workers=(2,), in_order=(True, False), trial_seconds=2.5)

@@ -101,7 +101,6 @@ def test_the_climb_stops_where_no_rung_above_hands_over_more() -> None:
     assert transport_stop(CEILINGS, _trial(2, 149 * 32), 0.05, "2 workers") is not None  # 4: 155, within noise
 
 
-@pytest.mark.solo
 def test_a_float32_image_dataset_is_reported_transport_bound_end_to_end(runs: Path, no_leftovers: None) -> None:
     from loadertop.core.engine.drive.driver import Sweep
 

@@ -16,7 +16,6 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from procs import own_children
 from torch.utils.data import DataLoader, Dataset, DistributedSampler, IterableDataset, get_worker_info
 
 import loadertop
@@ -92,7 +91,7 @@ def no_children(collect: bool = False) -> list[psutil.Process]:
     if collect:  # an iterator left in a reference cycle (a caught exception's traceback) keeps its workers
         gc.collect()
     deadline = time.monotonic() + 5.0  # the last workers are being reaped
-    while (kids := own_children()) and time.monotonic() < deadline:
+    while (kids := psutil.Process().children(recursive=True)) and time.monotonic() < deadline:
         time.sleep(0.05)
     return kids
 

@@ -48,7 +48,6 @@ def steps_of(rec: StepRecorder) -> list[tuple[float, float]]:
     return [(r[2], r[3]) for r in rec._buf if r[0].__class__ is not str]
 
 
-@pytest.mark.solo
 @pytest.mark.unit
 def test_the_release_of_the_last_batch_is_waiting_time() -> None:
     rec = StepRecorder(None, 0)

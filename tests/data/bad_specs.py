@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 
 
 class Tensors(Dataset[torch.Tensor]):
@@ -44,16 +44,3 @@ def lambda_collate() -> Any:
 
 def fixes_batch_size() -> Any:
     return {"dataset": Tensors(), "batch_size": 64}
-
-
-def empty_loader() -> Any:
-    return DataLoader(Tensors(length=0), batch_size=2)
-
-
-class OwnLoader(DataLoader[torch.Tensor]):
-    def __init__(self, dataset: Dataset[torch.Tensor], special: int) -> None:  # no batch_size: trials cannot build it
-        super().__init__(dataset, batch_size=special)
-
-
-def own_loader() -> Any:
-    return OwnLoader(Tensors(), special=2)

@@ -3,9 +3,8 @@
 Datasets: `synthetic[:k=v,...]`, `imagefolder:PATH[:k=v,...]`, `webdataset:PATTERN[:k=v,...]` (tar shards),
 `hf:PATH[:k=v,...]` (a Hugging Face dataset saved with save_to_disk), `package.module:callable`,
 `path/to/file.py:callable` (and `pickle:PATH[@MAIN]` from the Python API). A factory returns a Dataset, a mapping
-with `dataset` and DataLoader arguments, a DataLoader or torchdata StatefulDataLoader (its dataset, its non-swept
-arguments and its class: every trial builds that class), or a torchdata.nodes graph (its root node or a Loader).
-Consumers: `package.module:callable` or `path/to/file.py:callable`, a `(batch) -> None` training step.
+with `dataset` and DataLoader arguments, or a torchdata.nodes graph (its root node or a Loader). Consumers:
+`package.module:callable` or `path/to/file.py:callable`, a `(batch) -> None` training step.
 
 Loading happens in runner processes (it imports the user's code and torch). Every way a spec can be wrong raises
 SpecError with one line that names the problem.
@@ -17,7 +16,6 @@ import importlib
 import importlib.util
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,124 +29,71 @@ EXTRA_KEYS = {"collate_fn", "sampler", "batch_sampler", "shuffle", "drop_last", 
 EXTRA_KEYS |= {"timeout", "pin_memory_device"}
 
 
-@dataclass(frozen=True)
-class Loaded:
-    """What a spec built: the dataset, the extra loader kwargs, and the loader class every trial builds (None:
-    torch's DataLoader; a factory's StatefulDataLoader, or a subclass of either, stays its own class)."""
-
-    dataset: Any
-    extra: dict[str, Any]
-    loader_cls: type | None = None
-
-    @property
-    def loader_name(self) -> str:
-        return self.loader_cls.__name__ if self.loader_cls is not None else "DataLoader"
-
-
 def load_dataset(spec: str, kwargs: Mapping[str, str] | None = None) -> tuple[Any, dict[str, Any]]:
     """Return (dataset, extra DataLoader kwargs) for a spec."""
-    loaded = load_spec(spec, kwargs)
-    return loaded.dataset, loaded.extra
-
-
-def load_spec(spec: str, kwargs: Mapping[str, str] | None = None) -> Loaded:
-    """What a spec builds: the dataset, the extra DataLoader kwargs and the loader class."""
     name, _, rest = spec.partition(":")
     if name == "synthetic":
         from loadertop.core.datasets.synthetic import SyntheticDataset, parse_synthetic
 
         try:
-            return Loaded(SyntheticDataset(parse_synthetic(rest)), {})
+            return SyntheticDataset(parse_synthetic(rest)), {}
         except ValueError as exc:
             raise SpecError(str(exc)) from None
     if name == "imagefolder":
         from loadertop.core.datasets.imagefolder import open_image_folder
 
-        return Loaded(open_image_folder(rest, dict(kwargs or {})), {})
+        return open_image_folder(rest, dict(kwargs or {})), {}
     if name == "webdataset":
         from loadertop.core.datasets.wds import open_webdataset
 
-        return Loaded(open_webdataset(rest, dict(kwargs or {})), {})
+        return open_webdataset(rest, dict(kwargs or {})), {}
     if name == "hf":
         from loadertop.core.datasets.hf import open_hf
 
-        return Loaded(open_hf(rest, dict(kwargs or {})), {})
-    if name == "pickle":  # a Dataset instance, or a (Stateful)DataLoader, from the Python API
-        from loadertop.core.datasets.loaders import is_loader
-
-        made = _unpickle(rest)
-        return from_loader(made, "the loader given as dataset=") if is_loader(made) else Loaded(made, {})
+        return open_hf(rest, dict(kwargs or {})), {}
+    if name == "pickle":
+        return _unpickle(rest), {}
     target, attr = split_callable(spec, "dataset")
     factory = resolve_callable(target, attr)
     try:
         made = factory(**dict(kwargs or {}))
     except Exception as exc:
         raise SpecError(f"dataset factory {spec} raised {type(exc).__name__}: {exc}") from exc
-    return check_loaded(made, f"dataset factory {spec}")
+    return check_dataset(made, spec)
 
 
 def check_dataset(made: Any, spec: str) -> tuple[Any, dict[str, Any]]:
     """What a factory returned, as (dataset, extra DataLoader kwargs); SpecError when it is not usable."""
-    loaded = check_loaded(made, f"dataset factory {spec}")
-    return loaded.dataset, loaded.extra
+    from torch.utils.data import Dataset, IterableDataset
 
-
-def check_loaded(made: Any, what: str) -> Loaded:
-    """What a factory (`what` names it) returned, as a Loaded; SpecError when it is not usable."""
-    from loadertop.core.datasets.loaders import is_loader
-
-    if is_loader(made):
-        return from_loader(made, what)
     extra: dict[str, Any] = {}
     if isinstance(made, Mapping):
         if "dataset" not in made:
-            raise SpecError(f"{what} returned a mapping without a 'dataset' key")
+            raise SpecError(f"dataset factory {spec} returned a mapping without a 'dataset' key")
         extra = {k: v for k, v in made.items() if k != "dataset"}
         swept = sorted(SWEPT_KEYS & extra.keys())
         if swept:
-            raise SpecError(f"{what} fixes {', '.join(swept)}, which loadertop sweeps: drop them")
+            raise SpecError(f"dataset factory {spec} fixes {', '.join(swept)}, which loadertop sweeps: drop them")
         unknown = sorted(extra.keys() - EXTRA_KEYS)
         if unknown:
-            raise SpecError(f"{what} returned {', '.join(unknown)}, which DataLoader does not take")
+            raise SpecError(f"dataset factory {spec} returned {', '.join(unknown)}, which DataLoader does not take")
         made = made["dataset"]
     if _is_nodes_graph(made):  # a torchdata.nodes pipeline: its own nodes batch and collate (trial/nodes_graph.py)
         if extra:
-            raise SpecError(f"{what} returned a torchdata.nodes graph with {', '.join(sorted(extra))}: "
+            raise SpecError(f"dataset factory {spec} returned a torchdata.nodes graph with {', '.join(sorted(extra))}: "
                             "a graph takes no DataLoader arguments; return the graph alone")  # fmt: skip
-        return Loaded(made, extra)
-    _check_sized(made, what)
-    return Loaded(made, extra)
-
-
-def from_loader(loader: Any, what: str) -> Loaded:
-    """A DataLoader or StatefulDataLoader: its dataset, its own non-swept arguments (datasets/loaders.py) and its
-    class. The knobs loadertop sweeps (num_workers, batch_size, ...) are the sweep's: the loader's are not kept."""
-    from loadertop.core.datasets.loaders import loader_kwargs
-
-    try:
-        extra = loader_kwargs(loader)
-    except Exception as exc:  # a subclass that hides an attribute DataLoader has: one line, not a traceback
-        raise SpecError(f"{what} returned a {type(loader).__name__} whose arguments cannot be read: {exc}") from exc
-    if _is_nodes_graph(loader.dataset):
-        raise SpecError(f"{what} returned a {type(loader).__name__} over a torchdata.nodes graph: return the graph")
-    _check_sized(loader.dataset, what)
-    return Loaded(loader.dataset, extra, type(loader))
-
-
-def _check_sized(made: Any, what: str) -> None:
-    """A Dataset (or a sequence of samples) that is not empty."""
-    from torch.utils.data import Dataset, IterableDataset
-
+        return made, extra
     is_sequence = hasattr(made, "__getitem__") and hasattr(made, "__len__") and not isinstance(made, str | bytes)
     if not isinstance(made, Dataset | IterableDataset) and not is_sequence:
-        raise SpecError(f"{what} returned {type(made).__name__}, not a Dataset")
+        raise SpecError(f"dataset factory {spec} returned {type(made).__name__}, not a Dataset")
     if not isinstance(made, IterableDataset):
         try:
             size = len(made)
         except TypeError:
             size = None
         if size == 0:
-            raise SpecError(f"{what} returned an empty dataset (len 0)")
+            raise SpecError(f"dataset factory {spec} returned an empty dataset (len 0)")
+    return made, extra
 
 
 def _is_nodes_graph(made: Any) -> bool:

@@ -11,9 +11,16 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    IterableDataset,
+    RandomSampler,
+    SequentialSampler,
+    default_collate,
+    default_convert,
+)
 
-from loadertop.core.datasets.loaders import loader_kwargs
 from loadertop.core.engine.search import UserArgs
 from loadertop.core.job.stateful import is_stateful
 from loadertop.core.model.arg_text import arg_text
@@ -58,22 +65,56 @@ def current_config(loader: DataLoader[Any]) -> TrialConfig:
 
 
 def user_args(loader: DataLoader[Any]) -> UserArgs:
-    """What the user passed to build `loader` (recovered from the loader: datasets/loaders.py), for the snippet: the
-    arguments loadertop does not sweep, then multiprocessing_context and in_order where not the defaults (the
-    snippet puts the measured values in their places), and a StatefulDataLoader's snapshot_every_n_steps."""
-    kept = loader_kwargs(loader)
-    every = kept.pop("snapshot_every_n_steps", None)
-    args = [(name, arg_text(value)) for name, value in kept.items()]
+    """What the user passed to build `loader` (recovered from the loader: it keeps no record of its arguments), for
+    the snippet: shuffle from the sampler's type, their own sampler or batch_sampler, drop_last, a collate_fn,
+    worker_init_fn, generator, timeout, pin_memory_device and in_order where not the defaults."""
+    args: list[tuple[str, str]] = []
+    own_batches = loader.batch_size is None and loader.batch_sampler is not None  # their batch_sampler
+    if own_batches:
+        args.append(("batch_sampler", arg_text(loader.batch_sampler)))
+    else:
+        args += _sampling_args(loader)
+    default = default_collate if loader.batch_size is not None or own_batches else default_convert
+    if loader.collate_fn is not default:
+        args.append(("collate_fn", arg_text(loader.collate_fn)))
+    if loader.worker_init_fn is not None:
+        args.append(("worker_init_fn", arg_text(loader.worker_init_fn)))
+    if loader.generator is not None:
+        args.append(("generator", arg_text(loader.generator)))
+    if loader.timeout:
+        args.append(("timeout", arg_text(loader.timeout)))
+    if getattr(loader, "pin_memory_device", ""):
+        args.append(("pin_memory_device", arg_text(loader.pin_memory_device)))
     context = loader.multiprocessing_context
     if context is not None:
         args.append(("multiprocessing_context", arg_text(context.get_start_method())))
     if not getattr(loader, "in_order", True):
         args.append(("in_order", "False"))
-    if every is not None:
-        args.append(("snapshot_every_n_steps", arg_text(every)))
     if is_stateful(loader):
+        every = getattr(loader, "snapshot_every_n_steps", 1)
+        if every != 1:
+            args.append(("snapshot_every_n_steps", arg_text(every)))
         return UserArgs(tuple(args), current_config(loader), loader=type(loader).__name__)
     return UserArgs(tuple(args), current_config(loader))
+
+
+def _sampling_args(loader: DataLoader[Any]) -> list[tuple[str, str]]:
+    """shuffle=True for the RandomSampler the DataLoader builds itself, else their own sampler; drop_last."""
+    sampler: Any = loader.sampler
+    args: list[tuple[str, str]] = []
+    shuffled_by_loader = (  # the RandomSampler that shuffle=True builds: the loader's generator, as many as len()
+        (isinstance(sampler, RandomSampler) or (is_stateful(loader) and type(sampler).__name__ == "RandomSampler"))
+        and sampler.generator is loader.generator
+        and not sampler.replacement
+        and getattr(sampler, "_num_samples", None) is None
+    )
+    if shuffled_by_loader:
+        args.append(("shuffle", "True"))
+    elif not isinstance(sampler, SequentialSampler):
+        args.append(("sampler", arg_text(sampler)))
+    if isinstance(loader.batch_sampler, BatchSampler) and loader.drop_last:
+        args.append(("drop_last", "True"))
+    return args
 
 
 def _batch_size(loader: DataLoader[Any]) -> int:

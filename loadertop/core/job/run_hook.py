@@ -43,7 +43,7 @@ def _hooked_iter(original: Any) -> Any:
             it = None
         return original(self) if it is None else it
 
-    __iter__.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute, as functools.wraps sets it
+    __iter__.__wrapped__ = original  # type: ignore[attr-defined]
     __iter__.__doc__ = original.__doc__
     return __iter__
 

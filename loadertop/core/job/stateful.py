@@ -20,10 +20,14 @@ from typing import Any
 
 import torch
 
-from loadertop.core.datasets.loaders import is_stateful
 from loadertop.core.model.config import TrialConfig
 
-__all__ = ["EpochStart", "SnapshotCosts", "is_stateful", "snapshot_costs", "snapshot_message"]
+
+def is_stateful(loader: Any) -> bool:
+    """A torchdata StatefulDataLoader (or a subclass), told by its class: torchdata need not be installed."""
+    return any(
+        c.__name__ == "StatefulDataLoader" and c.__module__.startswith("torchdata") for c in type(loader).__mro__
+    )
 
 
 class EpochStart:

@@ -103,9 +103,6 @@ class Checked:
     # A torchdata.nodes graph: each node loadertop sweeps, with the arguments the user built it with, as constructor
     # text (`ParallelMapper(num_workers=2, in_order=True, method="thread")`); empty for a Dataset.
     graph: tuple[str, ...] = ()
-    # The loader class every trial builds: a factory's StatefulDataLoader (or a subclass) stays its own class, and
-    # the snippet names it.
-    loader: str = "DataLoader"
 
 
 @dataclass(frozen=True)

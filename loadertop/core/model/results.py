@@ -274,7 +274,6 @@ class SweepResult:
     # A torchdata.nodes graph's swept nodes with the arguments the user built them with (constructor text); empty
     # for a Dataset.
     graph: tuple[str, ...] = ()
-    loader: str = "DataLoader"  # the loader class the trials built (a factory's StatefulDataLoader stays one)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -294,7 +293,6 @@ class SweepResult:
             "nodes": [n.to_dict() for n in self.nodes],
             "preflight": [asdict(p) for p in self.preflight],
             "graph": list(self.graph),
-            "loader": self.loader,
         }
 
     @classmethod
@@ -320,7 +318,6 @@ class SweepResult:
             nodes=tuple(NodeInfo.from_dict(n) for n in data.get("nodes") or ()),
             preflight=tuple(PreflightCheck.from_dict(p) for p in data.get("preflight") or ()),
             graph=tuple(data.get("graph") or ()),
-            loader=data.get("loader") or "DataLoader",
         )
 
 

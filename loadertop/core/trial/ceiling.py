@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from loadertop.core.datasets.spec import Loaded
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import CeilingMeasured, Emit, Failed
 
@@ -28,7 +27,7 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
     try:
         from loadertop.core.trial.consumer import Consumer, make_consumer
         from loadertop.core.trial.sharding import batch_rows
-        from loadertop.core.trial.shared import loaded_for
+        from loadertop.core.trial.shared import dataset_for
         from loadertop.core.trial.transport import measure_transport
 
         pin = settings.pin_memory[0]
@@ -39,9 +38,9 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
             for bs in settings.batch_sizes:
                 emit(CeilingMeasured(bs, None, IDLE_NOTE))
             return 0
-        loaded = loaded_for(settings)
+        dataset, extra = dataset_for(settings)
         for bs in settings.batch_sizes:
-            batch = _cached_batch(loaded, bs, pin)
+            batch = _cached_batch(dataset, extra, bs, pin)
             if idle:
                 emit(CeilingMeasured(bs, None, IDLE_NOTE))
             else:
@@ -61,16 +60,15 @@ def ceiling_main(settings: Settings, emit: Emit) -> int:
         return 1
 
 
-def _cached_batch(loaded: Loaded, batch_size: int, pin: bool) -> Any:
-    """One batch to step on: a 0-worker loader's (the factory's class), or a torchdata.nodes graph's own first item."""
+def _cached_batch(dataset: Any, extra: dict[str, Any], batch_size: int, pin: bool) -> Any:
+    """One batch to step on: a 0-worker DataLoader's, or a torchdata.nodes graph's own first item."""
     from torch.utils.data import DataLoader
 
     from loadertop.core.trial.nodes_graph import first_item, is_graph
 
-    if is_graph(loaded.dataset):
-        return first_item(loaded.dataset)
-    cls = loaded.loader_cls or DataLoader
-    return next(iter(cls(loaded.dataset, batch_size=batch_size, num_workers=0, pin_memory=pin, **loaded.extra)))
+    if is_graph(dataset):
+        return first_item(dataset)
+    return next(iter(DataLoader(dataset, batch_size=batch_size, num_workers=0, pin_memory=pin, **extra)))
 
 
 def _what(consumer: Any, settings: Settings) -> str:

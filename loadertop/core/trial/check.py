@@ -19,7 +19,7 @@ from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest, Emit
 from loadertop.core.trial.nodes_graph import is_graph
 from loadertop.core.trial.preflight import Pickled, measure_pickle, measure_start, tensor_bytes, unpicklable_path
-from loadertop.core.trial.shared import loaded_for, shared
+from loadertop.core.trial.shared import dataset_for, shared
 
 FIRST_BATCH = 2  # samples: enough for the collate to meet what the dataset returns, cheap for any dataset
 
@@ -29,8 +29,7 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
     settings = request.settings
     try:
         start = time.perf_counter()
-        loaded = loaded_for(settings)
-        dataset, extra = loaded.dataset, loaded.extra
+        dataset, extra = dataset_for(settings)
         build = shared()
         built_s = build.seconds if build is not None and not build.unsafe else time.perf_counter() - start
         if is_graph(dataset):
@@ -45,10 +44,10 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         iterable = check_items(dataset, settings.dataset)
         batch: tuple[int, int | None] | None = None
         if settings.ranks == 1 and settings.nodes == 1:  # a rank's data is read by its rank, never by the check
-            batch = check_first_batch(dataset, extra, settings, loaded.loader_cls)
+            batch = check_first_batch(dataset, extra, settings)
         check_settings(settings, extra)
-        check_threads(settings, extra, iterable, loaded.loader_name)
-        answer = checked(dataset, extra, iterable, built_s, loaded.loader_name)
+        check_threads(settings, extra, iterable)
+        answer = checked(dataset, extra, iterable, built_s)
         emit(dataclasses.replace(answer, **preflight_fields(batch, pickled, started)))
         return 0
     except SpecError as exc:
@@ -62,23 +61,19 @@ def check_child(request: CheckRequest, emit: Emit) -> int:
         return 2
 
 
-def checked(dataset: Any, extra: dict[str, Any], iterable: bool, built_s: float, loader: str = "DataLoader") -> Checked:
-    """The check's answer; `built_s` is the build the check used (the runner's shared one, or its own); `loader`
-    the class every trial builds (the factory's own loader's)."""
+def checked(dataset: Any, extra: dict[str, Any], iterable: bool, built_s: float) -> Checked:
+    """The check's answer; `built_s` is the build the check used (the runner's shared one, or its own)."""
     summary = f"dataset {type(dataset).__name__}"
     length = _len(dataset)
     summary += f", {length} samples" if length is not None else " (iterable)"
-    if loader != "DataLoader":
-        summary += f"; each trial builds a {loader}"
     if extra:
         summary += f"; the factory sets {', '.join(sorted(extra))}"
     build = shared()
     mb = build.mb if build is not None and not build.unsafe else None
     texts = tuple(f"{name}={text}" for name, text in loader_arg_texts(extra))  # the snippet keeps them
     return Checked(
-        True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary, texts, built_s, mb,
-        loader=loader,
-    )  # fmt: skip
+        True, None, type(dataset).__name__, length, iterable, tuple(sorted(extra)), summary, texts, built_s, mb
+    )
 
 
 def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
@@ -160,10 +155,8 @@ def check_items(dataset: Any, spec: str) -> bool:
     return True
 
 
-def check_first_batch(
-    dataset: Any, extra: dict[str, Any], settings: Settings, cls: type | None = None
-) -> tuple[int, int | None] | None:
-    """A small first batch through the loader's own path (its class, the factory's sampler and collate_fn, 0 workers): a
+def check_first_batch(dataset: Any, extra: dict[str, Any], settings: Settings) -> tuple[int, int | None] | None:
+    """A small first batch through the DataLoader's own path (the factory's sampler and collate_fn, 0 workers): a
     dataset every trial would fail on (PIL images without ToTensor, samples of different shapes) stops here, with
     the fix, rather than after a failed trial per configuration. Returns the batch's tensor bytes and its samples
     (None: the factory's batch_sampler sets the batch, so the bytes are a whole batch's)."""
@@ -176,12 +169,7 @@ def check_first_batch(
     if "batch_sampler" not in kwargs:
         samples = kwargs["batch_size"] = min(FIRST_BATCH, settings.batch_sizes[0])
     try:
-        loader = (cls or DataLoader)(note_indices(dataset, pickled=False), num_workers=0, **kwargs)
-    except Exception as exc:  # a loader subclass that takes other arguments: every trial would fail the same way
-        name = (cls or DataLoader).__name__
-        raise SpecError(f"building a {name} with a trial's arguments raised {type(exc).__name__}: {exc}") from exc
-    try:
-        batch = next(iter(loader))
+        batch = next(iter(DataLoader(note_indices(dataset, pickled=False), num_workers=0, **kwargs)))
     except StopIteration:
         return None  # drop_last on a dataset smaller than the batch: the trials say what they find
     except Exception as exc:
@@ -189,15 +177,12 @@ def check_first_batch(
     return tensor_bytes(batch), samples
 
 
-def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool, loader: str = "DataLoader") -> None:
-    """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour; a
-    factory's own loader class (a StatefulDataLoader) is not what the thread chain measures."""
+def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool) -> None:
+    """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour."""
     from loadertop.core.trial.nodes_loader import HONOURED
 
     if "thread" not in settings.worker_methods:
         return
-    if loader != "DataLoader":
-        raise SpecError(f"--worker-method thread measures a torchdata.nodes chain, not the factory's {loader}: drop it")
     if iterable:
         raise SpecError("--worker-method thread takes map-style datasets only; this one is an IterableDataset")
     unknown = sorted(set(extra) - set(HONOURED) - {"shuffle", "generator"})

@@ -76,10 +76,8 @@ def describe(exc: BaseException) -> str:
     """One line: the dataset's own `Type: message`, then where (worker, index) when known."""
     text = str(exc)
     cause = exc.__cause__ or exc.__context__
-    if cause is not None and "exited unexpectedly" in text and "killed by signal" in str(cause):
+    if cause is not None and "exited unexpectedly" in text:
         return describe(cause)  # torch's SIGCHLD handler said how the worker died ("killed by signal: ...")
-    # Otherwise the cause is the queue.Empty of torch's poll that found the worker dead before the handler ran (a
-    # busy machine): torch's own "exited unexpectedly" is the truth then, not "Empty".
     notes = [str(n) for n in getattr(exc, "__notes__", ())]
     worker = _WORKER.match(text)
     if worker and "Original Traceback" in text:

@@ -12,7 +12,7 @@ from typing import Any
 
 from loadertop.core.datasets.errors import SpecError
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.trial.shared import loaded_for
+from loadertop.core.trial.shared import dataset_for
 
 
 class EpochControl:
@@ -51,7 +51,6 @@ class Built:
     control: EpochControl | None  # None for an IterableDataset: its epoch ends when its workers run dry
     iterable: bool
     extra_keys: tuple[str, ...]  # DataLoader arguments the factory fixed (collate_fn, sampler, ...)
-    loader_name: str = "DataLoader"  # the class built: a factory's StatefulDataLoader stays one
 
 
 def supports_in_order() -> bool:
@@ -64,14 +63,12 @@ def supports_in_order() -> bool:
 
 def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: int = 1) -> Built:
     """The DataLoader of one trial (of one rank): the factory's extra arguments, the swept knobs, and an
-    EpochControl around the sampler; with several ranks a DistributedSampler shards a map-style dataset. The class
-    is the factory's loader's (a StatefulDataLoader: its snapshots cost what they cost in training), else DataLoader."""
+    EpochControl around the sampler; with several ranks a DistributedSampler shards a map-style dataset."""
     from torch.utils.data import DataLoader, IterableDataset
 
     from loadertop.core.trial.crashes import note_indices
 
-    loaded = loaded_for(settings)  # the runner's build, inherited, unless each trial builds its own
-    dataset, extra = loaded.dataset, loaded.extra
+    dataset, extra = dataset_for(settings)  # the runner's build, inherited, unless each trial builds its own
     from loadertop.core.trial.nodes_graph import is_graph
 
     if is_graph(dataset):  # a torchdata.nodes pipeline: rebuilt with this trial's knobs; its epoch ends by itself
@@ -105,9 +102,14 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
             from loadertop.core.trial.shard_counts import counting_collate
 
             counting_collate(kwargs, config)
-    cls = loaded.loader_cls or DataLoader
-    loader = cls(dataset, batch_size=batch_size, num_workers=config.num_workers, pin_memory=config.pin_memory, **kwargs)
-    return Built(loader, control, iterable, tuple(sorted(extra)), loaded.loader_name)
+    loader = DataLoader(
+        dataset,
+        batch_size=batch_size,
+        num_workers=config.num_workers,
+        pin_memory=config.pin_memory,
+        **kwargs,
+    )
+    return Built(loader, control, iterable, tuple(sorted(extra)))
 
 
 def _threads(

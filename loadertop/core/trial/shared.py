@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from loadertop.core.datasets.spec import Loaded, load_spec
+from loadertop.core.datasets.spec import load_dataset
 from loadertop.core.model.config import Settings
 from loadertop.core.trial.procs import has_children
 
@@ -35,7 +35,6 @@ class SharedBuild:
     seconds: float
     mb: float | None  # what the build added to the runner's private memory (the dataset's own size, roughly)
     unsafe: str  # why it cannot be shared ("" when it can)
-    loader_cls: type | None = None  # the factory's loader class (None: torch's DataLoader)
 
 
 _SHARED: SharedBuild | None = None
@@ -46,17 +45,16 @@ def key_of(settings: Settings) -> tuple[str, tuple[tuple[str, str], ...]]:
 
 
 def build_shared(settings: Settings) -> SharedBuild:
-    """Build the dataset here, once, timed; SpecError when the factory fails (one line, as load_spec says)."""
+    """Build the dataset here, once, timed; SpecError when the factory fails (one line, as load_dataset says)."""
     global _SHARED
     threads, fds, mb = _native_threads(), _open_fds(), _private_mb()
     python_threads = set(threading.enumerate())
     start = time.perf_counter()
-    loaded = load_spec(settings.dataset, dict(settings.dataset_args))
+    dataset, extra = load_dataset(settings.dataset, dict(settings.dataset_args))
     seconds = time.perf_counter() - start
     added = None if mb is None or (after := _private_mb()) is None else max(0.0, after - mb)
     unsafe = _unsafe(python_threads, threads, fds)
-    dataset, extra, cls = loaded.dataset, dict(loaded.extra), loaded.loader_cls
-    _SHARED = SharedBuild(key_of(settings), dataset, extra, seconds, added, unsafe, cls)
+    _SHARED = SharedBuild(key_of(settings), dataset, dict(extra), seconds, added, unsafe)
     return _SHARED
 
 
@@ -67,16 +65,10 @@ def shared() -> SharedBuild | None:
 def dataset_for(settings: Settings) -> tuple[Any, dict[str, Any]]:
     """(dataset, extra DataLoader kwargs) for a trial or the ceiling: the runner's own when it built this spec and
     may share it, else a build of its own (--rebuild-dataset, a fresh runner)."""
-    loaded = loaded_for(settings)
-    return loaded.dataset, loaded.extra
-
-
-def loaded_for(settings: Settings) -> Loaded:
-    """As dataset_for, with the loader class the factory's loader had (a trial builds that class)."""
     build = _SHARED
     if build is not None and not build.unsafe and build.key == key_of(settings):
-        return Loaded(build.dataset, dict(build.extra), build.loader_cls)
-    return load_spec(settings.dataset, dict(settings.dataset_args))
+        return build.dataset, dict(build.extra)
+    return load_dataset(settings.dataset, dict(settings.dataset_args))
 
 
 def _unsafe(python_threads: set[threading.Thread], threads: int | None, fds: set[int] | None) -> str:
@@ -126,3 +118,6 @@ def _private_mb() -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return kb / 1024
+
+
+

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import pickle
 import sys
 import tempfile
@@ -60,7 +59,7 @@ class SweepOptions(TypedDict, total=False):
 
 
 def sweep(
-    dataset: object = None,  # a spec string, a factory function, a Dataset or a (Stateful)DataLoader (see below)
+    dataset: object = None,  # a spec string, a factory function or a Dataset instance (see below)
     *,
     out_dir: str | Path | None = None,
     on_event: Callable[[Event], None] | None = None,
@@ -69,9 +68,7 @@ def sweep(
     """Measure DataLoader configurations for `dataset` on this machine.
 
     `dataset` is a spec string (`"synthetic:io_ms=5"`, `"pkg.mod:make"`, `"train.py:make"`), a module-level
-    factory function, a picklable Dataset instance, or a DataLoader or torchdata StatefulDataLoader not yet iterated
-    (its dataset and its own arguments, shuffle, collate_fn, ...; each trial builds its class with the swept knobs)
-    (default: the synthetic dataset). `options` are the command
+    factory function, or a picklable Dataset instance (default: the synthetic dataset). `options` are the command
     line's flags as keywords (SweepOptions types them), with the same defaults and checks (`loadertop --help`):
     `workers="0-8"` or `[0, 2, 4]`, `batch_size=[32, 64]`, `pin_memory=True`, `search="grid"`, `ranks=2`,
     `tolerance=0.1`, `dataset_args={"root": "/data"}`, `skip_warmup=False`, ...; bad values raise UsageError. Each
@@ -97,6 +94,12 @@ def dataset_spec(dataset: Any) -> tuple[str | None, Path | None]:
     afterwards (if any)."""
     if dataset is None or isinstance(dataset, str):
         return dataset, None
+    if _is_loader(dataset):  # its arguments are not the runner's to guess: the dataset, and them as a mapping
+        raise UsageError(
+            f"dataset= is a {type(dataset).__name__}: pass its dataset (loader.dataset), or a mapping with 'dataset'"
+            " and the loader's other arguments (collate_fn, shuffle, ...); to tune a live loader in place, use"
+            " loadertop.tune(loader)"
+        )
     if callable(dataset) and hasattr(dataset, "__qualname__") and not hasattr(dataset, "__getitem__"):
         module = dataset.__module__
         if module == "__main__":
@@ -105,10 +108,9 @@ def dataset_spec(dataset: Any) -> tuple[str | None, Path | None]:
                 raise UsageError("a factory defined in an interactive session cannot be imported by the runner")
             return f"{main_file}:{dataset.__qualname__}", None
         return f"{module}:{dataset.__qualname__}", None
-    # A Dataset instance, or a loader (the runner reads its dataset and arguments: datasets/spec.py from_loader), is
-    # handed over pickled: its classes must be importable, as for spawn workers; torch is not imported here.
+    # A Dataset instance: hand it over pickled (its class must be importable, as for spawn workers).
     main_file = getattr(sys.modules["__main__"], "__file__", None) or ""
-    path = pickled(_without_iterator(dataset) if _is_loader(dataset) else dataset)
+    path = pickled(dataset)
     return f"pickle:{path}" + (f"@{main_file}" if main_file else ""), path
 
 
@@ -118,19 +120,8 @@ def _is_loader(obj: Any) -> bool:
     return ("torch", "DataLoader") in names or ("torchdata", "StatefulDataLoader") in names
 
 
-def _without_iterator(loader: Any) -> Any:
-    """A shallow copy of the loader without the iterator it keeps (persistent workers, a StatefulDataLoader's own):
-    only its arguments are read, and live workers do not pickle. The user's loader is left as it was."""
-    if getattr(loader, "_iterator", None) is None:
-        return loader
-    clone = copy.copy(loader)
-    vars(clone)["_iterator"] = None  # past the loader's __setattr__, as unpickling sets it
-    return clone
-
-
 def pickled(dataset: Any) -> Path:
-    """`dataset` pickled into a temporary file for the runner; when it cannot be, no file is left behind. A loader
-    pickles with its dataset, sampler, generator and functions (one that was iterated holds its workers: refused)."""
+    """`dataset` pickled into a temporary file for the runner; when it cannot be, no file is left behind."""
     fd, name = tempfile.mkstemp(suffix=".pkl", prefix="loadertop-dataset-")
     path, written = Path(name), False
     try:

@@ -305,7 +305,6 @@ class Sweep:
             iterable=checked.iterable,
             loader_args=checked.extra_args,
             graph=checked.graph,
-            loader=checked.loader,
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:

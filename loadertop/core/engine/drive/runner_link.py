@@ -22,7 +22,6 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from loadertop.core.engine.drive.runner_start import ForkedRunner, fork_runner
 from loadertop.core.model.protocol import Exited, Forked, ProtocolError, Ready, Reply, Request, decode_reply, encode
 
 RUNNER_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
@@ -34,21 +33,16 @@ class Cancelled(Exception):
 
 
 class RunnerProcess:
-    """The runner: one per sweep, in its own session so terminal signals never reach workers. Forked from the
-    runner template where it can be (engine/drive/runner_start.py), exec'd otherwise; the same either way."""
+    """The exec'd runner: one per sweep, in its own session so terminal signals never reach workers."""
 
-    def __init__(
-        self, log_path: Path, argv: Sequence[str] = RUNNER_ARGV, cancelled: threading.Event | None = None
-    ) -> None:
+    def __init__(self, log_path: Path, argv: Sequence[str] = RUNNER_ARGV) -> None:
         self.log_path = log_path
         self._log = open(log_path, "ab")  # noqa: SIM115 (lives as long as the runner)
         # The runner imports what the caller can import (as multiprocessing's spawn does with sys.path).
         path = os.pathsep.join(p for p in [*sys.path, os.environ.get("PYTHONPATH", "")] if p)
         self.tmp = runner_tmp()
         env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, "TMPDIR": str(self.tmp)}
-        # Forked from the template that imported torch once, where it can be; exec'd otherwise.
-        forked = fork_runner(env, self._log.fileno(), cancelled or threading.Event()) if argv == RUNNER_ARGV else None
-        self.proc: subprocess.Popen[bytes] | ForkedRunner = forked or subprocess.Popen(
+        self.proc = subprocess.Popen(
             list(argv),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -150,8 +144,8 @@ def runner_tmp() -> Path:
 
 
 def start_runner(log_path: Path, cancelled: threading.Event, argv: Sequence[str] = RUNNER_ARGV) -> RunnerProcess:
-    """Start the runner and wait for its Ready; a runner of another protocol version is refused here."""
-    runner = RunnerProcess(log_path, argv, cancelled)
+    """Exec the runner and wait for its Ready; a runner of another protocol version is refused here."""
+    runner = RunnerProcess(log_path, argv)
     try:
         message = runner.next(RUNNER_START_TIMEOUT, "start the runner (import torch)", cancelled)
         if not isinstance(message, Ready):

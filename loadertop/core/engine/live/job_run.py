@@ -75,10 +75,6 @@ class JobRun:
         argv = [_executable(command, env), *command[1:]]
         self.command = tuple(command)
         self.job: JobInfo | None = None
-        # The job takes the terminal's signals as it would without loadertop: a mask this thread inherited blocking
-        # them (a harness that blocked SIGINT; CI's test process once) would pass on and leave Ctrl-C pending forever.
-        if hasattr(signal, "pthread_sigmask"):
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
         try:
             self._proc = subprocess.Popen(argv, env=env, stdout=output, stderr=output)
         except OSError as exc:

@@ -69,3 +69,4 @@ def gil_enabled() -> bool:
 
     check = getattr(sys, "_is_gil_enabled", None)
     return True if check is None else bool(check())
+

@@ -36,17 +36,15 @@ def conclude(
     loader_args: tuple[str, ...] = (),
     rerun_of: SweepResult | None = None,
     graph: tuple[str, ...] = (),
-    loader: str = "DataLoader",
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
     the same configurations and the whole table is judged again (engine/verdict/rerun.py). `loader_args`: the DataLoader
     arguments the dataset factory returned, as "name=text" (the snippet keeps them). `graph`: a torchdata.nodes
-    graph's swept nodes as the runner's check described them (the snippet is then their constructor lines).
-    `loader`: the class the trials built (a factory's StatefulDataLoader: the snippet builds one too)."""
+    graph's swept nodes as the runner's check described them (the snippet is then their constructor lines)."""
     evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
     if rerun_of is not None:
         evidence = fold_rerun(rerun_of, evidence)
-    conclusion = _judge(evidence, machine, UserArgs(_pairs(loader_args), loader=loader))
+    conclusion = _judge(evidence, machine, loader_args)
     return _as_graph(conclusion, graph, machine) if graph else conclusion
 
 
@@ -60,18 +58,14 @@ def _as_graph(conclusion: Conclusion, graph: tuple[str, ...], machine: MachineIn
     return dataclasses.replace(conclusion, result=result)
 
 
-def _pairs(loader_args: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
-    return tuple((a.partition("=")[0], a.partition("=")[2]) for a in loader_args)
-
-
-def _judge(evidence: Evidence, machine: MachineInfo, user: UserArgs) -> Conclusion:
+def _judge(evidence: Evidence, machine: MachineInfo, loader_args: tuple[str, ...] = ()) -> Conclusion:
     settings = evidence.settings
     annotated = [
         with_notes(t, settings.ranks, machine.usable_cpus)
         for t in annotate(evidence.trials, machine, settings.tolerance, evidence.ceilings, bool(settings.consumer))
     ]
     knee, recommendation = analyze(annotated, settings, machine, evidence.ceilings, last_stop(evidence.search_trace))
-    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable, user)
+    recommendation = _per_rank(recommendation, annotated, settings, machine, evidence.iterable, loader_args)
     usl = fit_curve(worker_curve(annotated, settings.tolerance))
     result = SweepResult(
         machine=machine,
@@ -83,7 +77,6 @@ def _judge(evidence: Evidence, machine: MachineInfo, user: UserArgs) -> Conclusi
         usl=usl,
         search_trace=evidence.search_trace,
         iterable=evidence.iterable,
-        loader=user.loader,
     )
     return Conclusion(result, tuple(rule_notes(knee, usl, settings.tolerance)))
 
@@ -94,7 +87,7 @@ def _per_rank(
     settings: Settings,
     machine: MachineInfo,
     iterable: bool,
-    user: UserArgs,
+    loader_args: tuple[str, ...] = (),
 ) -> Recommendation | None:
     """The recommended trial's data warnings belong in its reason; with --ranks the recommendation is per rank: say
     what that means for the node, and shard the snippet as the measurement did. The snippet keeps what the
@@ -106,6 +99,7 @@ def _per_rank(
     paced = [p for p in (pacing(t) for t in chosen) if p]  # many nodes: the rank that paces the job, and its cost
     if warnings or paced:
         rec = dataclasses.replace(rec, reason="; ".join([rec.reason, *warnings, *paced]))
+    user = UserArgs(tuple((a.partition("=")[0], a.partition("=")[2]) for a in loader_args))
     pasted = rec.config if has_cuda(machine) else dataclasses.replace(rec.config, pin_memory=False)  # as analyze
     if settings.ranks < 2:
         return dataclasses.replace(rec, snippet=snippet(pasted, machine.default_start_method, user=user))
