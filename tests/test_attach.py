@@ -391,13 +391,17 @@ def test_without_nvml_the_gpu_is_unavailable_with_a_reason(fake: FakeJob) -> Non
 
 POOL_SCRIPT = r"""
 import multiprocessing as mp, sys, time
-def work():
+def work(running):
+    running.release()
     time.sleep(60)
 if __name__ == "__main__":
     ctx = mp.get_context(sys.argv[1])
-    procs = [ctx.Process(target=work, daemon=True) for _ in range(2)]
+    running = ctx.Semaphore(0)
+    procs = [ctx.Process(target=work, args=(running,), daemon=True) for _ in range(2)]
     for p in procs:
         p.start()
+    for p in procs:  # start() returns before a spawned child has exec'd: until then it is a copy of this process
+        running.acquire()
     print(" ".join(str(p.pid) for p in procs), flush=True)
     time.sleep(60)
 """

@@ -294,9 +294,12 @@ def test_hf_streaming_sweep_counts_shards_per_rank(saved: Path, runs: Path, no_l
     settings = Settings(dataset=f"hf:{saved}:streaming=1", workers=(4,), batch_sizes=(8,), ranks=2, **FAST)
     (trial,) = Sweep(settings, out_dir=runs).run().trials
     assert trial.status == "ok", trial.error
-    assert trial.warnings == (
+    shards = (
         "1 shard per rank for 2 ranks × 4 workers = 8 readers: 6 workers idle; "
         "use ≤ 1 worker per rank or split the data into ≥ 8 shards",
         "3 of 4 workers produced no samples (worker 1, 2, 3): the dataset gives them no shard (fewer shards than "
         "workers) or its __iter__ skips them",
     )
+    # On a busy machine a third, true, warning may come: the first epoch took the whole trial.
+    assert [w for w in trial.warnings if "produced no samples" in w or "shard per rank" in w] == list(shards)
+    assert all(w in shards or w.startswith("the first epoch took") for w in trial.warnings), trial.warnings
