@@ -187,6 +187,7 @@ def test_a_nodes_pipeline_is_swept_and_its_snippet_names_the_chosen_values(tmp_p
     assert prefetcher == "Prefetcher(source, prefetch_factor=2)"
     assert "DataLoader(" not in out.stdout and mapper in out.stdout
     assert "torchdata.nodes graph SamplerWrapper -> ParallelMapper" in out.stderr
+    assert result["settings"]["worker_methods"] == []  # not given: the mappers kept their own method
 
 
 def test_several_batch_sizes_on_a_graph_are_refused_in_one_line(tmp_path: Path) -> None:
@@ -219,7 +220,6 @@ def test_the_check_refuses_what_a_graph_fixes_or_has_no_place_for_and_describes_
         "--batch-size cannot be swept": Settings(batch_sizes=(16, 32)),
         "--pin-memory and --persistent-workers do not apply": Settings(pin_memory=(True,), persistent_workers=(True,)),
         "--worker-threads do not apply": Settings(worker_threads=(None, 2)),
-        "--worker-method do not apply": Settings(worker_methods=("process", "thread")),
         "drop --ranks": Settings(ranks=2),
     }
     for words, settings in refused.items():
@@ -227,4 +227,72 @@ def test_the_check_refuses_what_a_graph_fixes_or_has_no_place_for_and_describes_
             check_graph(graph, settings, 0.0)
     checked = check_graph(graph, Settings(dataset="tests/nodes_pipeline.py:factory"), 0.0)
     assert checked.ok and checked.iterable and checked.length is None and checked.graph == describe(graph)
-    assert checked.summary.startswith("torchdata.nodes graph SamplerWrapper")
+    assert checked.summary.startswith("torchdata.nodes graph SamplerWrapper") and "method swept" not in checked.summary
+    # --worker-method applies to a graph: its mappers' method is swept
+    swept = check_graph(graph, Settings(worker_methods=("process", "thread")), 0.0)
+    assert swept.ok and swept.summary.endswith("mappers' method swept: process, thread")
+
+
+@pytest.mark.unit
+def test_with_worker_method_given_the_rebuild_takes_the_configs_method() -> None:
+    threads = pipeline()  # its mapper is built with method="thread"
+    as_process = chain(rebuild(threads, TrialConfig(3, 32, 2, start_method="spawn"), method=True))[3]
+    assert (as_process.num_workers, as_process.method, as_process.multiprocessing_context) == (3, "process", "spawn")
+    kept = chain(rebuild(threads, TrialConfig(3, 32, 2, start_method="spawn")))[3]  # not given: its own
+    assert (kept.method, kept.multiprocessing_context) == ("thread", None)
+    dataset = Squares(64)
+    procs = ParallelMapper(SamplerWrapper(SequentialSampler(dataset)), dataset.__getitem__, num_workers=2,
+                           method="process", multiprocessing_context="forkserver")  # fmt: skip
+    thread = chain(rebuild(procs, TrialConfig(2, 32, 2, worker_method="thread"), method=True))[0]
+    assert (thread.method, thread.multiprocessing_context) == ("thread", None)  # threads have no start method
+    assert chain(rebuild(procs, TrialConfig(2, 32, 2, worker_method="thread")))[0].method == "process"
+
+
+@pytest.mark.unit
+def test_build_loader_passes_the_method_only_when_the_axis_is_given() -> None:
+    from loadertop.core.trial.loader import build_loader
+
+    spec = f"{HERE / 'nodes_pipeline.py'}:factory"
+    config = TrialConfig(2, 32, 2, start_method="fork")  # worker_method "process", constructed, never started
+    given = build_loader(Settings(dataset=spec, worker_methods=("process", "thread")), config)
+    assert describe(given.loader)[0] == (
+        'ParallelMapper(num_workers=2, in_order=True, method="process", multiprocessing_context="fork")'
+    )
+    default = build_loader(Settings(dataset=spec), config)
+    assert describe(default.loader)[0] == 'ParallelMapper(num_workers=2, in_order=True, method="thread")'
+    assert Settings().worker_methods == () and {c.worker_method for c in Settings().trial_configs()} == {"process"}
+
+
+@pytest.mark.unit
+def test_the_snippet_names_the_chosen_method_when_it_was_swept() -> None:
+    graph = ('ParallelMapper(num_workers=2, in_order=True, method="thread")', "Prefetcher(prefetch_factor=2)")
+    chosen = TrialConfig(4, 32, prefetch_factor=2, start_method="spawn")
+    assert graph_snippet(graph, chosen, "fork", method=True).splitlines()[0] == (
+        'ParallelMapper(source, map_fn, num_workers=4, method="process", multiprocessing_context="spawn")'
+    )
+    assert graph_snippet(graph, chosen, "fork").splitlines()[0] == (  # not swept: the graph's own
+        'ParallelMapper(source, map_fn, num_workers=4, method="thread")'
+    )
+    threads = TrialConfig(4, 32, prefetch_factor=2, worker_method="thread")
+    process = ('ParallelMapper(num_workers=2, in_order=True, method="process", multiprocessing_context="spawn")',)
+    assert graph_snippet(process, threads, "fork", method=True) == (
+        'ParallelMapper(source, map_fn, num_workers=4, method="thread")'
+    )
+
+
+def test_a_graph_sweeps_both_worker_methods_and_its_snippet_names_the_chosen_one(tmp_path: Path) -> None:
+    out = run_headless(tmp_path, "--workers", "2", "--worker-method", "process,thread", "--search", "grid",
+                       "--trial-seconds", "1", "--no-transport", "--json", str(tmp_path / "out.json"))  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    result = json.loads((tmp_path / "out.json").read_text())
+    trials = result["trials"]
+    assert all(t["status"] == "ok" for t in trials), [t["error"] for t in trials]
+    assert {t["config"]["worker_method"] for t in trials} == {"process", "thread"}
+    processes = {t["config"]["worker_method"]: t["worker_processes"] for t in trials}
+    assert processes == {"process": 2, "thread": 0}  # the process mappers' workers found, thread workers none
+    assert all("CPU each" not in t["reason"] for t in trials if t["config"]["worker_method"] == "thread")
+    assert result["settings"]["worker_methods"] == ["process", "thread"]
+    rec = result["recommendation"]
+    method = rec["config"]["worker_method"]
+    assert f'method="{method}"' in rec["snippet"].splitlines()[0]
+    assert "mappers' method swept: process, thread" in out.stderr

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,7 @@ FAST = dict(trial_seconds=2.0, block_seconds=0.1, interval=0.2, search="grid")
 def test_the_flag_parses_a_list_and_refuses_other_words() -> None:
     assert build_settings({"worker_method": "process,thread"}).worker_methods == ("process", "thread")
     assert build_settings({"worker_method": ["thread"]}).worker_methods == ("thread",)
-    assert build_settings({}).worker_methods == ("process",)
+    assert build_settings({}).worker_methods == ()  # not given: process for a DataLoader, a graph's own method
     with pytest.raises(UsageError, match="'greenlet' is not one of process, thread"):
         build_settings({"worker_method": "process,greenlet"})
 
@@ -118,7 +119,8 @@ def test_the_csv_and_the_json_carry_the_method() -> None:
     data["settings"].pop("worker_methods", None)
     result = SweepResult.from_dict(data)
     assert all(t.config.worker_method == "process" for t in result.trials)
-    assert result.settings.worker_methods == ("process",)
+    assert result.settings.worker_methods == ()  # not given: the DataLoader's process workers
+    assert {c.worker_method for c in result.settings.trial_configs()} == {"process"}
 
 
 def test_a_real_sweep_measures_both_methods_and_threads_save_the_copy_on_read_pages(
@@ -162,6 +164,28 @@ def test_thread_workers_are_never_transport_bound_and_load_in_the_training_proce
     assert transport_share(threads, [ceiling], 0.05) is None  # threads do not use them
     machine = MachineInfo("host", "linux", "3.12", "2.6", 4, 4, None, 8192.0, 4096.0, None, None, "fork")
     assert "main-process-bound (loading in the training process at 97% CPU" in bound_phrase(threads, machine)
+
+
+@pytest.mark.unit
+def test_thread_workers_get_no_per_worker_cpu_figure_they_were_not_measured_for() -> None:
+    from loadertop.core.engine.verdict.analysis import _bound_reason
+    from loadertop.core.engine.verdict.reasons import bound_phrase
+    from loadertop.core.model.results import MachineInfo
+
+    machine = MachineInfo("host", "linux", "3.12", "2.6", 8, 8, None, 8192.0, 4096.0, None, None, "fork")
+    io = {"cpu_percent": 60.0, "main_cpu_percent": 60.0, "stall_fraction": 0.7}  # I/O-bound: most CPUs idle
+    threads = replace(_trial("thread", 500.0, 60.0, 130.0, workers=4), **io)
+    # a graph's thread mappers kept without --worker-method: the config says process, no worker process started
+    kept = replace(_trial("process", 500.0, 60.0, 130.0, workers=4), worker_processes=0, **io)
+    for t in (threads, kept):
+        said = bound_phrase(t, machine)
+        assert said == "I/O-bound (0.6/8 CPUs, the training process with its thread workers at 60% CPU)", said
+        reason = _bound_reason(t, [t], "tail", machine)
+        assert "CPU each" not in reason and "the training process with its thread workers at 60% CPU" in reason
+    procs = replace(
+        _trial("process", 500.0, 60.0, 130.0, workers=4), worker_processes=4, **{**io, "main_cpu_percent": 20.0}
+    )
+    assert bound_phrase(procs, machine) == "I/O-bound (0.6/8 CPUs, workers at 10% CPU each)"  # measured processes
 
 
 def test_an_iterable_dataset_with_thread_workers_is_refused_in_one_line() -> None:

@@ -138,10 +138,12 @@ class Settings:
     worker_threads: tuple[int | None, ...] = field(default=(None,), metadata=option(
         "--worker-threads", "intra-op threads per worker, torch.set_num_threads(n) in worker_init_fn, e.g. 1,2,4 "
         "(default: torch's own in workers, 1)", "ints", metavar="LIST", low=1))
-    worker_methods: tuple[str, ...] = field(default=("process",), metadata=option(
+    # Empty: not given, which is not the same as "process": the DataLoader's workers are processes then, but a
+    # torchdata.nodes graph's mappers keep the method they were built with (trial/nodes_graph.py rebuild).
+    worker_methods: tuple[str, ...] = field(default=(), metadata=option(
         "--worker-method", "process,thread: the DataLoader's worker processes (default) or torchdata.nodes thread "
-        "workers (pip install \"loadertop[nodes]\")", "words", key="worker_method", metavar="LIST",
-        choices=WORKER_METHODS))
+        "workers (pip install \"loadertop[nodes]\"); a torchdata.nodes graph's mappers keep their own unless given",
+        "words", key="worker_method", metavar="LIST", choices=WORKER_METHODS))
     step_ms: float = field(default=0.0, metadata=option(
         "--step-ms", "emulated training step per batch (CUDA: copy + kernel; CPU: sleep)", "number", metavar="MS",
         zero_ok=True))
@@ -234,7 +236,7 @@ class Settings:
             if nw == 0:  # no workers of either kind: the same loader, measured once
                 seen.setdefault(TrialConfig(0, bs, None, pin, False, None, True), None)
                 continue
-            for how in self.worker_methods:
+            for how in self.worker_methods or ("process",):  # not given: the DataLoader's processes
                 if how == "thread":  # threads share the process: no start method, no persistence, no set_num_threads
                     config = TrialConfig(nw, bs, pf, pin, False, None, order, None, "thread")
                 else:

@@ -79,6 +79,9 @@ class TrialResult:
     rss_mb: float | None = None  # main + workers; includes shared pages (double counts)
     cpu_percent: float | None = None  # main + workers, percent of one CPU
     main_cpu_percent: float | None = None
+    # Worker processes the trial started (0: its workers were threads in the trial process, whose CPU is in
+    # main_cpu_percent, so no per-worker CPU was measured). None: not recorded (an older result).
+    worker_processes: int | None = None
     # Every process's CPU on the CPUs open to loadertop, mean over the window, percent of one CPU: with cpu_percent,
     # how much of the machine other processes held while the trial ran. None: not read (an older result).
     machine_cpu_percent: float | None = None

@@ -93,8 +93,6 @@ def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
     knobs = [flag for flag, values in axes if True in values]  # a graph has no DataLoader to pin or keep workers
     if any(n is not None for n in settings.worker_threads):  # nor a worker_init_fn to set them in
         knobs.append("--worker-threads")
-    if settings.worker_methods != ("process",):  # its ParallelMappers keep their own method
-        knobs.append("--worker-method")
     if knobs:
         raise SpecError(f"{' and '.join(knobs)} do not apply to a torchdata.nodes graph (no DataLoader): drop them")
     if settings.ranks > 1 or settings.nodes > 1:
@@ -109,7 +107,8 @@ def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
     build = shared()
     mb = build.mb if build is not None and not build.unsafe else None
     name = type(graph).__name__
-    return Checked(True, None, name, None, True, (), summary(graph), (), built_s, mb, graph=describe(graph))
+    said = summary(graph, settings.worker_methods)
+    return Checked(True, None, name, None, True, (), said, (), built_s, mb, graph=describe(graph))
 
 
 def check_picklable(dataset: Any, extra: dict[str, Any], methods: list[str]) -> Pickled:

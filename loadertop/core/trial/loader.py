@@ -75,7 +75,7 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
     from loadertop.core.trial.nodes_graph import is_graph
 
     if is_graph(dataset):  # a torchdata.nodes pipeline: rebuilt with this trial's knobs; its epoch ends by itself
-        return _graph_loader(dataset, config)
+        return _graph_loader(dataset, config, bool(settings.worker_methods))
     # Failures then name the sample index; not for spawn/forkserver workers, which re-pickle the dataset.
     dataset = note_indices(dataset, pickled=config.num_workers > 0 and config.start_method != "fork")
     kwargs: dict[str, Any] = dict(extra)
@@ -151,12 +151,13 @@ def _sampling(
     return control, config.batch_size
 
 
-def _graph_loader(graph: Any, config: TrialConfig) -> Built:
-    """A torchdata.nodes Loader over the graph rebuilt for `config` (each iter() starts a new epoch)."""
+def _graph_loader(graph: Any, config: TrialConfig, method: bool) -> Built:
+    """A torchdata.nodes Loader over the graph rebuilt for `config` (each iter() starts a new epoch); `method`:
+    --worker-method was given, so the mappers take the config's."""
     from torchdata.nodes import Loader
 
     from loadertop.core.trial.nodes_graph import rebuild
 
-    root = rebuild(graph, config)
+    root = rebuild(graph, config, method)
     loader = root if isinstance(root, Loader) else Loader(root)
     return Built(loader, None, True, ())

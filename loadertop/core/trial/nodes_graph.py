@@ -1,11 +1,12 @@
 """A torchdata.nodes pipeline as the dataset: its knobs found by walking the graph, and the graph rebuilt per trial.
 
 A factory may return a `torchdata.nodes` graph (its root BaseNode, or a `Loader` over it). loadertop walks the
-`.source` links from the root, sweeps the `ParallelMapper`s' `num_workers`, `in_order` (and `method` once a
-TrialConfig has a `worker_method`) and the `Prefetcher`s' `prefetch_factor`, and rebuilds the graph bottom-up for
-each trial. A ParallelMapper holds its source inside its implementation from construction on, so it is rebuilt
-whenever anything below it changes; the other nodes read `.source` only when reset, so a shallow copy re-pointed at
-the new child will do. The graph the runner built is never changed (a parked trial builds twice from it).
+`.source` links from the root, sweeps the `ParallelMapper`s' `num_workers`, `in_order` (and `method` when
+--worker-method is given: without it each mapper keeps its own) and the `Prefetcher`s' `prefetch_factor`, and
+rebuilds the graph bottom-up for each trial. A ParallelMapper holds its source inside its implementation from
+construction on, so it is rebuilt whenever anything below it changes; the other nodes read `.source` only when
+reset, so a shallow copy re-pointed at the new child will do. The graph the runner built is never changed (a
+parked trial builds twice from it).
 
 Which mappers are swept: those built with workers (`num_workers > 0`); an inline `Mapper` (a collate, say) keeps
 its 0 workers. A graph with only inline mappers has them all swept. Nodes whose children are not at `.source`
@@ -109,10 +110,13 @@ def describe(graph: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def summary(graph: Any) -> str:
-    """One line for the check's notice: the chain, what is swept, what is left alone."""
+def summary(graph: Any, methods: Sequence[str] = ()) -> str:
+    """One line for the check's notice: the chain, what is swept (the mappers' method too when `methods`, the
+    --worker-method axis, is given: the described nodes name the method they were built with), what is left alone."""
     names = " -> ".join(type(n).__name__ for n in reversed(chain(graph)))
     line = f"torchdata.nodes graph {names}; sweeping {', '.join(describe(graph)) or 'nothing'}"
+    if methods:
+        line += f", mappers' method swept: {', '.join(methods)}"
     hidden = hidden_children(graph)
     if hidden:
         line += f"; left as they are (children not at .source): {', '.join(hidden)}"
@@ -123,9 +127,10 @@ def _text(value: Any) -> str:
     return f'"{value}"' if isinstance(value, str) else repr(value)
 
 
-def rebuild(graph: Any, config: TrialConfig) -> Any:
+def rebuild(graph: Any, config: TrialConfig, method: bool = False) -> Any:
     """A new graph for this trial, bottom-up: swept mappers and prefetchers made anew with the trial's values,
     mappers above a changed node made anew with their own values, other nodes above it copied and re-pointed.
+    `method`: --worker-method was given, so swept mappers take `config.worker_method` too (else their own).
     Returns the new root (a Loader when the user gave one)."""
     from torchdata.nodes import Loader, ParallelMapper, Prefetcher
 
@@ -135,7 +140,7 @@ def rebuild(graph: Any, config: TrialConfig) -> Any:
     for node in reversed(chain(graph)):  # leaf first
         is_swept = any(node is n for n in chosen)
         if isinstance(node, ParallelMapper) and (is_swept or changed):
-            node = _mapper(node, child if changed else child_of(node), config if is_swept else None)
+            node = _mapper(node, child if changed else child_of(node), config if is_swept else None, method)
             changed = True
         elif isinstance(node, Prefetcher):
             factor = config.prefetch_factor or node.prefetch_factor
@@ -150,8 +155,9 @@ def rebuild(graph: Any, config: TrialConfig) -> Any:
     return child
 
 
-def _mapper(node: Any, source: Any, config: TrialConfig | None) -> Any:
-    """A ParallelMapper like `node` over `source`: with the trial's values when `config` is given."""
+def _mapper(node: Any, source: Any, config: TrialConfig | None, swept_method: bool = False) -> Any:
+    """A ParallelMapper like `node` over `source`: with the trial's values when `config` is given (its worker
+    method too when `swept_method`)."""
     from torchdata.nodes import ParallelMapper
     from torchdata.nodes.map import MapOverBatch
 
@@ -159,11 +165,14 @@ def _mapper(node: Any, source: Any, config: TrialConfig | None) -> Any:
     workers, in_order, method = node.num_workers, node.in_order, node.method
     context, limit = node.multiprocessing_context, node.max_concurrent
     if config is not None:
-        # The method stays the graph's own: --worker-method is refused on a graph (its default, process, would
-        # turn every thread mapper into processes).
+        # Without --worker-method the method stays the graph's own: the config's "process" is then only the
+        # DataLoader's default, and would turn every thread mapper into processes.
         workers, in_order = config.num_workers, config.in_order
+        method = config.worker_method if swept_method else method
         if method == "process" and config.start_method:
             context = config.start_method
+        elif method == "thread" and swept_method:
+            context = None  # a process mapper swept to threads: they have no start method
         if limit is not None and workers > 0:
             limit = min(limit, workers)  # torchdata refuses max_concurrent above num_workers
     return ParallelMapper(

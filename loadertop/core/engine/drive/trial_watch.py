@@ -252,6 +252,7 @@ def measured(
         rss_mb=stats.rss_mb,
         cpu_percent=stats.cpu_percent,
         main_cpu_percent=stats.main_cpu_percent,
+        worker_processes=len(worker_pids),
         machine_cpu_percent=stats.machine_cpu_percent,
         gpu_util=stats.gpu_util,
         gpu_mem_mb=stats.gpu_mem_mb,

@@ -17,6 +17,7 @@ from loadertop.core.engine.verdict.bound import (
     IO_BOUND,
     MAIN_BOUND,
     bound_of,
+    in_process,
 )
 from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
@@ -344,7 +345,7 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
             f"consumer-bound: the training loop waits for data {pct(b.stall)} of the time at "
             f"{workers(nw)}; more workers only add memory; {tail}"
         )
-    if b.kind == MAIN_BOUND and rec.config.worker_method == "thread":  # its threads load in that one process
+    if b.kind == MAIN_BOUND and in_process(rec):  # its threads load in that one process
         return (
             f"main-process-bound: the training process, its {workers(nw).replace('worker', 'thread worker')} "
             f"included, is at {b.main_cpu or 0:.0f}% CPU; more threads cannot help; {tail}"
@@ -359,6 +360,9 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
             f"I/O-bound: {b.cpus or 0:.1f} of {machine.usable_cpus} usable CPUs busy, workers at "
             f"{b.per_worker:.0f}% CPU each; {tail}"
         )
+    if b.kind == IO_BOUND and in_process(rec):  # thread workers have no CPU figure of their own: the process's
+        main = "" if b.main_cpu is None else f", the training process with its thread workers at {b.main_cpu:.0f}% CPU"
+        return f"I/O-bound: {b.cpus or 0:.1f} of {machine.usable_cpus} usable CPUs busy{main}; {tail}"
     stall = f" (stall {pct(rec.stall_fraction)})" if rec.stall_fraction is not None else ""
     return f"loader-bound{stall}: {workers(nw)} {'reaches' if nw == 1 else 'reach'} {sps(rec):.0f} samples/s; {tail}"
 

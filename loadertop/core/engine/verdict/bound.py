@@ -60,18 +60,25 @@ def cpu_share(t: TrialResult, machine: MachineInfo) -> float | None:
 
 
 def per_worker_cpu(t: TrialResult) -> float | None:
-    """The workers' CPU (all processes less the main one) per worker, in percent of one CPU."""
+    """The workers' CPU (all processes less the main one) per worker, in percent of one CPU. None for thread
+    workers: they share the trial process's CPU with it, so no figure of theirs was measured."""
     nw = t.config.num_workers
-    if nw <= 0 or t.cpu_percent is None:
+    if nw <= 0 or t.cpu_percent is None or in_process(t):
         return None
     return _loading_cpu(t) / nw
+
+
+def in_process(t: TrialResult) -> bool:
+    """The trial's workers are threads of the training process: --worker-method thread, or a torchdata.nodes
+    graph whose mappers kept their thread method (the trial started no worker process)."""
+    return t.config.num_workers > 0 and (t.config.worker_method == "thread" or t.worker_processes == 0)
 
 
 def _loading_cpu(t: TrialResult) -> float:
     """The CPU of the processes that load: the workers (everything but the main process), or with 0 workers the
     training process. Thread workers load inside the training process: all of its CPU is theirs."""
     total = t.cpu_percent or 0.0
-    if t.config.num_workers == 0 or t.config.worker_method == "thread":
+    if t.config.num_workers == 0 or in_process(t):
         return t.main_cpu_percent if t.main_cpu_percent is not None else total
     return max(0.0, total - t.main_cpu_percent) if t.main_cpu_percent is not None else total
 

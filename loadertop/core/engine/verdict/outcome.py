@@ -55,7 +55,8 @@ def _as_graph(conclusion: Conclusion, graph: tuple[str, ...], machine: MachineIn
     result = dataclasses.replace(conclusion.result, graph=graph)
     rec = result.recommendation
     if rec is not None:
-        pasted = graph_snippet(graph, rec.config, machine.default_start_method)
+        swept = bool(result.settings.worker_methods)  # --worker-method given: the mappers took the config's
+        pasted = graph_snippet(graph, rec.config, machine.default_start_method, swept)
         result = dataclasses.replace(result, recommendation=dataclasses.replace(rec, snippet=pasted))
     return dataclasses.replace(conclusion, result=result)
 

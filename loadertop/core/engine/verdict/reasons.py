@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from loadertop.core.engine.verdict.band import merge_repeats, noise_band
-from loadertop.core.engine.verdict.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of
+from loadertop.core.engine.verdict.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of, in_process
 from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_phrase
 from loadertop.core.engine.wording import pct, sps, workers
@@ -127,11 +127,16 @@ def bound_phrase(trial: TrialResult, machine: MachineInfo) -> str:
         return f"consumer-bound (stall {stall})"
     if b.kind == MAIN_BOUND:
         # Thread workers load inside the training process: its CPU is theirs, one process under one GIL.
-        inside = trial.config.num_workers == 0 or trial.config.worker_method == "thread"
+        inside = trial.config.num_workers == 0 or in_process(trial)
         doing = "loading in the training process" if inside else "receiving and collating"
         return f"main-process-bound ({doing} at {b.main_cpu:.0f}% CPU, stall {stall})"
     if b.kind == IO_BOUND and b.per_worker is not None:
         return f"I/O-bound ({of}, workers at {b.per_worker:.0f}% CPU each)"
+    if b.kind == IO_BOUND and in_process(trial):  # thread workers: no CPU figure of their own, the process's only
+        said = [of] if of else []
+        if b.main_cpu is not None:
+            said.append(f"the training process with its thread workers at {b.main_cpu:.0f}% CPU")
+        return f"I/O-bound ({', '.join(said)})" if said else "I/O-bound"
     if b.kind == IO_BOUND:
         return f"I/O-bound (the training process waits, at {b.main_cpu:.0f}% CPU)"
     return f"loader-bound (stall {stall})"

@@ -120,10 +120,11 @@ def knob_args(config: TrialConfig, default_start_method: str) -> dict[str, str]:
     return out
 
 
-def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_method: str) -> str:
+def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_method: str, method: bool = False) -> str:
     """A torchdata.nodes graph's lines to paste, one per swept node in pipeline order: `graph` holds each node as the
     user built it (`ParallelMapper(num_workers=2, in_order=True, method="thread")`, from the runner's check), and the
-    measured configuration replaces what loadertop swept. Every swept mapper gets the same values, as measured."""
+    measured configuration replaces what loadertop swept. Every swept mapper gets the same values, as measured;
+    `method`: --worker-method was swept, so they get the configuration's method too (else each keeps its own)."""
     lines = []
     for text in graph:
         name, args = parse_node(text)
@@ -131,14 +132,16 @@ def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_metho
             factor = config.prefetch_factor or args.get("prefetch_factor", str(DEFAULT_PREFETCH))
             lines.append(f"Prefetcher(source, prefetch_factor={factor})")
             continue
-        lines.append(f"ParallelMapper(source, map_fn, {', '.join(_mapper_args(args, config, default_start_method))})")
+        mapper = _mapper_args(args, config, default_start_method, method)
+        lines.append(f"ParallelMapper(source, map_fn, {', '.join(mapper)})")
     return "\n".join(lines)
 
 
-def _mapper_args(args: dict[str, str], config: TrialConfig, default_start_method: str) -> list[str]:
+def _mapper_args(args: dict[str, str], config: TrialConfig, default_start_method: str, swept: bool) -> list[str]:
     """A swept ParallelMapper's arguments at the measured values; the user's others (max_concurrent, prebatch)
     kept, max_concurrent held under num_workers as torchdata requires."""
-    method = args.get("method", '"thread"').strip('"')  # the graph's own (trial/nodes_graph.py _mapper)
+    # The measured method when swept, else the graph's own, as the trial rebuilt it (trial/nodes_graph.py _mapper)
+    method = config.worker_method if swept else args.get("method", '"thread"').strip('"')
     out = [f"num_workers={config.num_workers}"]
     if not config.in_order:
         out.append("in_order=False")
