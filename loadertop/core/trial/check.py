@@ -107,7 +107,7 @@ def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
     build = shared()
     mb = build.mb if build is not None and not build.unsafe else None
     name = type(graph).__name__
-    said = summary(graph, settings.worker_methods)
+    said = summary(graph, settings.worker_methods, settings.start_methods)
     return Checked(True, None, name, None, True, (), said, (), built_s, mb, graph=describe(graph))
 
 

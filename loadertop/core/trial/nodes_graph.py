@@ -110,9 +110,10 @@ def describe(graph: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def summary(graph: Any, methods: Sequence[str] = ()) -> str:
+def summary(graph: Any, methods: Sequence[str] = (), start_methods: Sequence[str] = ()) -> str:
     """One line for the check's notice: the chain, what is swept (the mappers' method too when `methods`, the
-    --worker-method axis, is given: the described nodes name the method they were built with), what is left alone."""
+    --worker-method axis, is given: the described nodes name the method they were built with), what is left alone,
+    and a caution when process mappers will be forked (`start_methods`, the trials' start methods)."""
     names = " -> ".join(type(n).__name__ for n in reversed(chain(graph)))
     line = f"torchdata.nodes graph {names}; sweeping {', '.join(describe(graph)) or 'nothing'}"
     if methods:
@@ -120,7 +121,23 @@ def summary(graph: Any, methods: Sequence[str] = ()) -> str:
     hidden = hidden_children(graph)
     if hidden:
         line += f"; left as they are (children not at .source): {', '.join(hidden)}"
+    if "fork" in start_methods and forks_mappers(graph, methods):
+        # torchdata's _ParallelMapperIter starts its reader thread, then the worker processes: forked, each child
+        # copies a process whose thread is mid-read. A trial of that hung in 1 loaded run of 8 here.
+        line += ("; process mappers forked: torchdata starts their workers after its reader thread, which can hang "
+                 "them (--start-method forkserver or spawn avoids that)")
     return line
+
+
+def forks_mappers(graph: Any, methods: Sequence[str] = ()) -> bool:
+    """Whether trials start process mappers with their start method as the context: a swept mapper of
+    method="process" (its own context gives way to the trial's), or --worker-method with process."""
+    from torchdata.nodes import ParallelMapper
+
+    mappers = [n for n in swept(graph) if isinstance(n, ParallelMapper)]
+    if methods:
+        return "process" in methods and bool(mappers)
+    return any(m.method == "process" for m in mappers)
 
 
 def _text(value: Any) -> str:
