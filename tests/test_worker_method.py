@@ -99,10 +99,16 @@ def test_the_reason_compares_the_methods_at_the_same_worker_count() -> None:
     text = method_phrase(threads, [threads, procs, other], usable_cpus=2, gil=True)
     assert text == (
         "thread workers: 0.9 CPUs busy of 2, the GIL holds them; process workers are 2.1× faster here "
-        "(2100 vs 1000 samples/s; PSS 130 MB with threads vs 220 MB with processes)"
+        "(2100 samples/s with processes vs 1000 with threads; PSS 220 MB with processes vs 130 MB with threads)"
     )
     same = method_phrase(threads, [threads, _trial("process", 1030.0, 190.0, 220.0)], 2, gil=True)
-    assert "process and thread workers are as fast here (1030 vs 1000 samples/s;" in same
+    assert "process and thread workers are as fast here (1030 samples/s with processes vs 1000 with threads;" in same
+    fast_threads = _trial("thread", 3000.0, 92.0, 130.0)
+    faster = method_phrase(fast_threads, [fast_threads, procs], 2, gil=True)
+    assert faster.endswith(  # the faster method's figures first, as the sentence names it
+        "thread workers are 1.4× faster here (3000 samples/s with threads vs 2100 with processes; "
+        "PSS 130 MB with threads vs 220 MB with processes)"
+    )
     assert method_phrase(procs, [threads, procs], 2, gil=True) == text  # the process row says the same
     free = method_phrase(threads, [threads, procs], 2, gil=False)
     assert "free-threaded Python (no GIL)" in free and "GIL holds" not in free

@@ -34,9 +34,10 @@ def _same_knobs(a: object, b: object) -> bool:
 def method_phrase(
     trial: TrialResult, measured: Sequence[TrialResult], usable_cpus: int, gil: bool, tolerance: float = 0.05
 ) -> str:
-    """'thread workers: 0.9 CPUs busy of 2, the GIL holds them; process workers are 2.1× faster here (2100 vs 1000
-    samples/s; PSS 130 MB with threads vs 220 MB with processes)' for a trial with a measured counterpart of the
-    other method at the same worker count; else ''. Within the noise band: 'as fast here'."""
+    """'thread workers: 0.9 CPUs busy of 2, the GIL holds them; process workers are 2.1× faster here (2100 samples/s
+    with processes vs 1000 with threads; PSS 220 MB with processes vs 130 MB with threads)' for a trial with a
+    measured counterpart of the other method at the same worker count; else ''. Within the noise band: 'as fast
+    here'."""
     other = counterpart(trial, measured)
     threads = trial if trial.config.worker_method == "thread" else other
     if other is None or threads is None or trial.status != "ok" or not trial.samples_per_s:
@@ -57,9 +58,15 @@ def method_phrase(
         text += f"; process workers are {ratio:.1f}× faster here"
     else:
         text += f"; thread workers are {1.0 / ratio:.1f}× faster here"
-    figures = [f"{sps(procs):.0f} vs {sps(threads):.0f} samples/s"]
-    if threads.total_pss_mb is not None and procs.total_pss_mb is not None:
-        figures.append(f"PSS {threads.total_pss_mb:.0f} MB with threads vs {procs.total_pss_mb:.0f} MB with processes")
+    # The faster method's figures first, as the sentence names it (processes when as fast), each one labelled
+    first, second = (procs, threads) if ratio >= 1.0 else (threads, procs)
+    kind = {id(procs): "processes", id(threads): "threads"}
+    figures = [f"{sps(first):.0f} samples/s with {kind[id(first)]} vs {sps(second):.0f} with {kind[id(second)]}"]
+    if first.total_pss_mb is not None and second.total_pss_mb is not None:
+        figures.append(
+            f"PSS {first.total_pss_mb:.0f} MB with {kind[id(first)]} vs {second.total_pss_mb:.0f} MB with "
+            f"{kind[id(second)]}"
+        )
     return f"{text} ({'; '.join(figures)})"
 
 
