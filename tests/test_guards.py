@@ -32,6 +32,7 @@ from loadertop.core.model.results import SweepResult
 W1 = TrialConfig(1, 32, 2, start_method="fork")
 W2 = TrialConfig(2, 32, 2, start_method="fork")
 W6 = TrialConfig(6, 32, 2, start_method="fork")
+W12 = TrialConfig(12, 32, 2, start_method="fork")
 W0 = TrialConfig(0, 32)
 
 
@@ -257,15 +258,16 @@ def test_guard_stops_workers_that_grow_past_the_floor_before_free_memory_reaches
 
 @pytest.mark.solo  # its floor is set from free memory now: a neighbour's workers would move it
 def test_guard_skips_a_trial_predicted_not_to_fit_without_starting_it(runs: Path) -> None:
-    # One worker keeps 800 MiB: measured (the runner's torch and the trial's main take a few hundred more). Six
-    # would take about 4.9 GiB. The floor leaves 2.8: either side has over 1.5 GiB for free memory to move by while
-    # the sweep runs (in a full suite it once moved past the ~1 GiB an earlier version left).
-    result, events = guarded_sweep(runs, [W1, W6], read_free_mb() - 2800, mb="800")
+    # One worker keeps 200 MiB: measured. Twelve would take about 2.7 GiB; the floor leaves 1.8. The worker fills
+    # its 200 MiB in one burst, which the guard projects over its next check (a rate of 4 GiB/s over 50 ms is 0.4
+    # GiB more): 800 MiB in one burst was once projected past a floor 2.5 GiB away. Each side keeps ~0.9 GiB for
+    # free memory to move by while the sweep runs.
+    result, events = guarded_sweep(runs, [W1, W12], read_free_mb() - 1800, mb="200")
     measured, skipped = result.trials
     assert measured.status == "ok", measured.error
     assert skipped.status == "skipped", (skipped.status, skipped.error)
     assert re.match(
-        r"memory guard: predicted [\d,]+ MiB \(main [\d,]+ MiB \+ 6 × \d{3} MiB per worker\)", skipped.error or ""
+        r"memory guard: predicted [\d,]+ MiB \(main [\d,]+ MiB \+ 12 × \d{3} MiB per worker\)", skipped.error or ""
     )
     assert [e.index for e in events if isinstance(e, TrialStarted)] == [0]  # no process was started for it
 

@@ -133,7 +133,8 @@ class MemoryGuard:
         self._workers = 0
         self._free_before = 0.0
         self._lowest = 0.0
-        self._last: tuple[float, float] | None = None  # (monotonic time, free MiB) of the previous check
+        self._last: tuple[float, float] | None = None  # (monotonic time, free MiB) where the rate was last taken
+        self._rate = 0.0  # MiB/s free memory fell by, over the last period or more
         self._why: str | None = None
         self._main_peak: float | None = None
         self._worker_peak: float | None = None
@@ -179,7 +180,7 @@ class MemoryGuard:
         with self._lock:
             self._index, self._workers, self._config, self._batch_mb = index, config.num_workers, config, None
             self._free_before = self._lowest = free
-            self._last, self._why = None, None
+            self._last, self._rate, self._why = None, 0.0, None
             self._main_peak = self._worker_peak = None
         self._armed.set()
 
@@ -234,12 +235,17 @@ class MemoryGuard:
             if self._index is None:
                 return
             self._lowest = min(self._lowest, free)
-            rate = 0.0
-            if self._last is not None and now > self._last[0]:
-                rate = max(0.0, (self._last[1] - free) / (now - self._last[0]))
-            self._last = (now, free)
+            # The rate is taken over at least one period: the guard's own poll and the probe's ticks can land
+            # milliseconds apart, and a burst read over such a span (a worker filling 800 MiB: 37 GiB/s over a
+            # few ms) projected over a whole period stopped a trial 2.5 GiB above its floor.
+            if self._last is None:
+                self._last = (now, free)
+            elif now - self._last[0] >= self.period:
+                self._rate = max(0.0, (self._last[1] - free) / (now - self._last[0]))
+                self._last = (now, free)
             if self._why is not None or self.floor_mb <= 0:
                 return
+            rate = self._rate
             projected = free - rate * (self.period + KILL_LATENCY_S)
             if projected >= self.floor_mb:
                 return

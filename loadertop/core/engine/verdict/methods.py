@@ -52,14 +52,15 @@ def method_phrase(
     elif busy < GIL_HELD_SHARE * reach:
         text += ", the GIL holds them"
     ratio = sps(procs) / sps(threads)
-    if abs(ratio - 1.0) <= noise_band(tolerance, threads, procs):
+    as_fast = abs(ratio - 1.0) <= noise_band(tolerance, threads, procs)
+    if as_fast:
         text += "; process and thread workers are as fast here"
     elif ratio > 1.0:
         text += f"; process workers are {ratio:.1f}× faster here"
     else:
         text += f"; thread workers are {1.0 / ratio:.1f}× faster here"
     # The faster method's figures first, as the sentence names it (processes when as fast), each one labelled
-    first, second = (procs, threads) if ratio >= 1.0 else (threads, procs)
+    first, second = (procs, threads) if as_fast or ratio > 1.0 else (threads, procs)
     kind = {id(procs): "processes", id(threads): "threads"}
     figures = [f"{sps(first):.0f} samples/s with {kind[id(first)]} vs {sps(second):.0f} with {kind[id(second)]}"]
     if first.total_pss_mb is not None and second.total_pss_mb is not None:
