@@ -109,6 +109,16 @@ def test_the_first_batch_is_forecast_from_the_rungs_below_and_checked() -> None:
 
 
 @pytest.mark.unit
+def test_a_start_up_fitted_below_zero_is_none() -> None:
+    # 1- and 2-worker rungs a little quicker than the 0-worker batch: noise, not a negative start-up
+    measured = {0: 0.0694, 1: 0.0675, 2: 0.0690, 4: 0.1405, 8: 0.2197}
+    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials_at(measured), cpus=2)}
+    at4 = checks[4]  # fitted from 1 and 2 workers, both under the batch alone: -0.0009 s a worker, held at 0
+    assert at4.numbers["per_worker_s"] == 0.0 and "+ 0.00 s a worker" in at4.message and "-0.00" not in at4.message
+    assert at4.numbers["predicted_s"] == pytest.approx(0.0694 * 2)
+
+
+@pytest.mark.unit
 def test_without_a_0_worker_batch_the_forecast_is_a_line() -> None:
     measured = {1: 0.12, 2: 0.22, 4: 0.42}
     (check,) = first_batch_checks(trials_at(measured), cpus=2)

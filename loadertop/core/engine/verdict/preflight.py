@@ -166,7 +166,8 @@ def fit(points: dict[int, float], alone_s: float | None, cpus: int) -> Fit:
     cpus = max(1, cpus)
     if alone_s is not None:  # what the batch's own work leaves to the workers' start-up: per_worker × w
         rest = {w: s - alone_s * max(1.0, w / cpus) for w, s in points.items()}
-        per = sum(w * r for w, r in rest.items()) / sum(w * w for w in rest)
+        # A start-up is never negative: a fit below 0 is the rungs' noise (it printed "+ -0.00 s a worker")
+        per = max(0.0, sum(w * r for w, r in rest.items()) / sum(w * w for w in rest))
         return Fit(0.0, alone_s, cpus, per)
     xs, ys = list(points), list(points.values())
     mx, my = statistics.fmean(xs), statistics.fmean(ys)
