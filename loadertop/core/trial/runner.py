@@ -228,7 +228,7 @@ def _share(request: CheckRequest) -> bool:
         emit(Checked(ok=False, error=" ".join(f"building the dataset raised {type(exc).__name__}: {exc}".split())))
         return False
     if build.unsafe:
-        emit(Checked(ok=True, dataset=type(build.dataset).__name__, built_s=build.seconds, unsafe=build.unsafe))
+        emit(Checked(ok=True, dataset=type(build.loaded.dataset).__name__, built_s=build.seconds, unsafe=build.unsafe))
         return False
     return True
 

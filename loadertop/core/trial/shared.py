@@ -14,11 +14,11 @@ Runs in the runner process (imports torch and the user's code).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from loadertop.core.datasets.spec import Loaded, load_spec
 from loadertop.core.model.config import Settings
@@ -27,15 +27,13 @@ from loadertop.core.trial.procs import has_children
 
 @dataclass(frozen=True)
 class SharedBuild:
-    """What the runner's build gave: the dataset (None when not shared) and how it went."""
+    """What the runner's build gave: the dataset, its loader arguments and class, and how it went."""
 
     key: tuple[str, tuple[tuple[str, str], ...]]
-    dataset: Any
-    extra: dict[str, Any]
+    loaded: Loaded
     seconds: float
     mb: float | None  # what the build added to the runner's private memory (the dataset's own size, roughly)
     unsafe: str  # why it cannot be shared ("" when it can)
-    loader_cls: type | None = None  # the factory's loader class (None: torch's DataLoader)
 
 
 _SHARED: SharedBuild | None = None
@@ -55,8 +53,7 @@ def build_shared(settings: Settings) -> SharedBuild:
     seconds = time.perf_counter() - start
     added = None if mb is None or (after := _private_mb()) is None else max(0.0, after - mb)
     unsafe = _unsafe(python_threads, threads, fds)
-    dataset, extra, cls = loaded.dataset, dict(loaded.extra), loaded.loader_cls
-    _SHARED = SharedBuild(key_of(settings), dataset, extra, seconds, added, unsafe, cls)
+    _SHARED = SharedBuild(key_of(settings), loaded, seconds, added, unsafe)
     return _SHARED
 
 
@@ -64,18 +61,12 @@ def shared() -> SharedBuild | None:
     return _SHARED
 
 
-def dataset_for(settings: Settings) -> tuple[Any, dict[str, Any]]:
-    """(dataset, extra DataLoader kwargs) for a trial or the ceiling: the runner's own when it built this spec and
-    may share it, else a build of its own (--rebuild-dataset, a fresh runner)."""
-    loaded = loaded_for(settings)
-    return loaded.dataset, loaded.extra
-
-
 def loaded_for(settings: Settings) -> Loaded:
-    """As dataset_for, with the loader class the factory's loader had (a trial builds that class)."""
+    """The dataset, its extra loader kwargs and its loader class for a trial or the ceiling: the runner's own when it
+    built this spec and may share it, else a build of its own (--rebuild-dataset, a fresh runner)."""
     build = _SHARED
     if build is not None and not build.unsafe and build.key == key_of(settings):
-        return Loaded(build.dataset, dict(build.extra), build.loader_cls)
+        return dataclasses.replace(build.loaded, extra=dict(build.loaded.extra))  # callers add to their extra
     return load_spec(settings.dataset, dict(settings.dataset_args))
 
 

@@ -60,14 +60,11 @@ def method_phrase(
     else:
         text += f"; thread workers are {1.0 / ratio:.1f}× faster here"
     # The faster method's figures first, as the sentence names it (processes when as fast), each one labelled
-    first, second = (procs, threads) if as_fast or ratio > 1.0 else (threads, procs)
-    kind = {id(procs): "processes", id(threads): "threads"}
-    figures = [f"{sps(first):.0f} samples/s with {kind[id(first)]} vs {sps(second):.0f} with {kind[id(second)]}"]
-    if first.total_pss_mb is not None and second.total_pss_mb is not None:
-        figures.append(
-            f"PSS {first.total_pss_mb:.0f} MB with {kind[id(first)]} vs {second.total_pss_mb:.0f} MB with "
-            f"{kind[id(second)]}"
-        )
+    pair = [(procs, "processes"), (threads, "threads")]
+    (a, a_name), (b, b_name) = pair if as_fast or ratio > 1.0 else pair[::-1]
+    figures = [f"{sps(a):.0f} samples/s with {a_name} vs {sps(b):.0f} with {b_name}"]
+    if a.total_pss_mb is not None and b.total_pss_mb is not None:
+        figures.append(f"PSS {a.total_pss_mb:.0f} MB with {a_name} vs {b.total_pss_mb:.0f} MB with {b_name}")
     return f"{text} ({'; '.join(figures)})"
 
 
