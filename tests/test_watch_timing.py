@@ -3,9 +3,10 @@
 A training job in a subprocess runs an ImageFolder-like pipeline (JPEGs decoded by PIL, random resized crop, flip,
 normalize; 2 real DataLoader workers) and a small conv-net step, in the plain loop a user writes:
 `for x, y in loadertop.watch(loader): step(x, y)`, timing itself with perf_counter (the wait: from the end of a
-step to the batch in hand; the step: around step()). `open_session` (what `loadertop attach` runs) watches it from
-this process. The job starts its loop only once attach is there, so every step lands in a snapshot, in order: the
-first n1 of the job's own records are snapshot 1's, the next n2 snapshot 2's, and so on. Same steps, two clocks.
+loop body to the batch in hand; the step: the loop body, step() and the stop check, which is all attach can see
+as step). `open_session` (what `loadertop attach` runs) watches it from this process. The job starts its loop only
+once attach is there, so every step lands in a snapshot, in order: the first n1 of the job's own records are
+snapshot 1's, the next n2 snapshot 2's, and so on. Same steps, two clocks.
 
 Before the fix, attach counted the release of the previous batch (its shared memory, unmapped when the loop's names
 let go of it, after watch() had handed the next batch out) as step time: ~9 ms a batch in the user's report.
@@ -83,9 +84,11 @@ t_end = perf_counter()
 for x, y in loadertop.watch(loader):
     t_got = perf_counter()
     step(x, y)
-    records.append((t_got - t_end, perf_counter() - t_got))
-    t_end = perf_counter()
-    if stop.exists():
+    stopping = stop.exists()  # a stat: part of the loop's body, so timed as step, as attach sees it
+    t_body = perf_counter()
+    records.append((t_got - t_end, t_body - t_got))
+    t_end = t_body
+    if stopping:
         break
 out.write_text(json.dumps(records))
 """
