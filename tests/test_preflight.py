@@ -96,7 +96,7 @@ def test_the_first_batch_is_forecast_from_the_rungs_below_and_checked() -> None:
     note = forecast(trials_at({w: s for w, s in measured.items() if w <= 2}), 32, cpus=2)
     # per worker: (1 × 0.07 + 2 × 0.17) / (1 + 4) = 0.082 s; at 32: 0.05 × 16 + 0.082 × 32 = 3.42 s
     assert note is not None and "the first batch at 32 workers should take 3.42 s" in note
-    assert "the batch alone 0.05 s, shared over 2 CPUs, + 0.08 s a worker" in note
+    assert "the batch alone 0.05 s, shared over 2 CPUs, + 0.08 s to start each worker" in note
     checks = {c.numbers["workers"]: c for c in first_batch_checks(trials_at(measured), cpus=2)}
     assert set(checks) == {4, 8, 32}  # 0 workers start nothing; 1 and 2 are what the first forecast needs
     at8 = checks[8]
@@ -114,8 +114,32 @@ def test_a_start_up_fitted_below_zero_is_none() -> None:
     measured = {0: 0.0694, 1: 0.0675, 2: 0.0690, 4: 0.1405, 8: 0.2197}
     checks = {c.numbers["workers"]: c for c in first_batch_checks(trials_at(measured), cpus=2)}
     at4 = checks[4]  # fitted from 1 and 2 workers, both under the batch alone: -0.0009 s a worker, held at 0
-    assert at4.numbers["per_worker_s"] == 0.0 and "+ 0.00 s a worker" in at4.message and "-0.00" not in at4.message
+    assert at4.numbers["per_worker_s"] == 0.0 and "+ 0.0 ms to start each worker" in at4.message
+    assert "-0.0" not in at4.message
     assert at4.numbers["predicted_s"] == pytest.approx(0.0694 * 2)
+
+
+@pytest.mark.unit
+def test_start_up_timed_by_iter_and_the_batchs_cpu_share_forecast_each_rung() -> None:
+    # Recorded on this 2-core VM (`--dataset synthetic:cpu_ms=0.5,io_ms=1,kb=64 --workers 0,1,2,4,8,32 --search
+    # grid`): per count, (first batch, iter() starting the workers); the 0-worker trial ran at 36% of a CPU (the
+    # rest of the batch's time is its 1 ms waits, which 32 workers do not share). The earlier fit, start-up per
+    # worker by least squares through the first batches, forecast 4 and 8 workers ×0.61 and ×0.74.
+    rungs = {1: (0.0855, 0.0094), 2: (0.0851, 0.0190), 4: (0.1113, 0.0367), 8: (0.1904, 0.0821), 32: (0.7640, 0.3581)}
+    trials = [TrialResult(0, TrialConfig(0, 32), "ok", first_batch_s=0.0579, cpu_percent=36.3)] + [
+        TrialResult(i, TrialConfig(w, 32, 2), "ok", first_batch_s=first, workers_start_s=start)
+        for i, (w, (first, start)) in enumerate(rungs.items(), 1)
+    ]
+    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials, cpus=2)}
+    assert set(checks) == {4, 8, 32}
+    for check in checks.values():
+        assert check.level == "info" and abs(check.numbers["ratio"] - 1) <= 0.2, check.message  # type: ignore[operator]
+    at32 = checks[32]
+    assert at32.numbers["per_worker_s"] == pytest.approx((0.0094 + 0.0190 + 0.0367 + 0.0821) / 15)
+    assert at32.numbers["cpu_share"] == pytest.approx(0.363)
+    assert "the batch alone 0.06 s, 36% of it on a CPU, shared over 2 CPUs, + 9.8 ms to start each worker" in (
+        at32.message
+    )
 
 
 @pytest.mark.unit

@@ -205,6 +205,7 @@ class Finished:
     rank_wait_ms_p99: tuple[float, ...] = ()  # each rank's p99, when ranks > 1
     # torch.get_num_threads() in the trial's main process after the consumer's steps: the training step's threads
     main_threads: int | None = None
+    workers_start_s: float | None = None  # iter(loader): the parent starting its workers (part of first_batch_s)
 
 
 @dataclass(frozen=True)

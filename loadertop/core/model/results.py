@@ -67,6 +67,9 @@ class TrialResult:
     batches_per_s: float | None = None
     spread: float | None = None  # IQR / median of block throughput
     first_batch_s: float | None = None
+    # The part of first_batch_s that iter(loader) took: the parent starting its workers one by one (a fork each;
+    # spawn and forkserver workers are only launched there, their imports come after). None: not measured.
+    workers_start_s: float | None = None
     stall_fraction: float | None = None  # time blocked in next() / (blocked + consumer step)
     worker_uss_mb: tuple[float, ...] = ()  # per worker, median over the steady window
     worker_uss_slope_mb_per_min: tuple[float | None, ...] = ()  # MB/min per worker; None where unfit

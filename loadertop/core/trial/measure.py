@@ -161,6 +161,7 @@ class MeasuredLoop:
         self.started = 0.0
         self.deadline = 0.0
         self.first_batch_s = 0.0
+        self.workers_start_s = 0.0  # what iter(loader) took: the parent starting its workers, one by one
         self.batch_mb = 0.0
         self.crossings: list[float] = []  # epoch boundaries crossed on the way: wait for the next epoch's first batch
         self.on_new_workers: Callable[[list[int]], None] | None = None
@@ -176,6 +177,7 @@ class MeasuredLoop:
         self.started = time.perf_counter()
         self.deadline = self.started + self.settings.trial_seconds
         self.it = iter(self.loader)
+        self.workers_start_s = time.perf_counter() - self.started
         return _worker_pids(self.it)
 
     def worker_pids(self) -> list[int]:
@@ -387,6 +389,7 @@ class MeasuredLoop:
             samples_per_s=batches_per_s * tally.samples / tally.batches,
             spread=spread(counted) if len(counted) >= 2 else None,  # one block says nothing of its spread
             first_batch_s=self.first_batch_s,
+            workers_start_s=self.workers_start_s,
             stall_fraction=tally.stall_fraction(),
             blocks=len(tally.rates),
             measured_s=time.perf_counter() - self.started - self.first_batch_s,

@@ -42,6 +42,7 @@ def aggregate(results: list[Finished]) -> Finished:
         samples_per_s=sum(r.samples_per_s for r in results),
         spread=max((r.spread for r in results if r.spread is not None), default=None),
         first_batch_s=max(r.first_batch_s for r in results),
+        workers_start_s=_worst(r.workers_start_s for r in results),
         stall_fraction=statistics.fmean(r.stall_fraction for r in results),
         blocks=min(r.blocks for r in results),
         measured_s=max(r.measured_s for r in results),

@@ -242,6 +242,7 @@ def measured(
         batches_per_s=finished.batches_per_s,
         spread=finished.spread,
         first_batch_s=finished.first_batch_s,
+        workers_start_s=finished.workers_start_s,
         stall_fraction=finished.stall_fraction,
         worker_uss_mb=stats.worker_uss_mb,
         worker_uss_slope_mb_per_min=tuple(w.slope_mb_per_min for w in figures.workers),

@@ -27,6 +27,7 @@ CSV_COLUMNS = [
     "batches_per_s",
     "spread",
     "first_batch_s",
+    "workers_start_s",
     "epoch_restart_s",
     "stall_fraction",
     "wait_ms_p50",

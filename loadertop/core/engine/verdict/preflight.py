@@ -9,8 +9,8 @@ first trial into an error), "info" otherwise.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from loadertop.core.engine.wording import mb, seconds
 from loadertop.core.model.config import Settings, TrialConfig
@@ -114,77 +114,108 @@ def _short(value: float) -> str:
 
 @dataclass(frozen=True)
 class Points:
-    """The first batch per worker count (1 or more) of one configuration, and its 0-worker first batch (the batch's
-    own work, without any worker: None when not measured)."""
+    """One configuration's first batches per worker count (1 or more), with what explains them: the time iter()
+    took to start the workers at each count (None where not recorded), and its 0-worker trial's first batch (the
+    batch's own work, without any worker) and the share of that work spent on a CPU (None when not measured)."""
 
     by_workers: dict[int, float]
     alone_s: float | None
+    starts: dict[int, float | None] = field(default_factory=dict)
+    alone_cpu_share: float | None = None
+
+    def below(self, top: int) -> Points:
+        return Points({n: s for n, s in self.by_workers.items() if n < top}, self.alone_s,
+                      {n: s for n, s in self.starts.items() if n < top}, self.alone_cpu_share)  # fmt: skip
 
 
 def first_batch_points(trials: Sequence[TrialResult], method: str | None = None) -> Points:
     """Median time to first batch per worker count, over the configuration measured at the most worker counts (its
     other knobs fixed; of `method` when given): start-up per worker is only comparable with the same batch and
     start method."""
-    groups: dict[TrialConfig, dict[int, list[float]]] = {}
+    groups: dict[TrialConfig, dict[int, list[TrialResult]]] = {}
     for t in trials:
         wanted = method is None or t.config.start_method == method
         if t.status == "ok" and t.first_batch_s is not None and t.config.num_workers > 0 and wanted:
             key = replace(t.config, num_workers=0)
-            groups.setdefault(key, {}).setdefault(t.config.num_workers, []).append(t.first_batch_s)
+            groups.setdefault(key, {}).setdefault(t.config.num_workers, []).append(t)
     if not groups:
         return Points({}, None)
     key, best = max(groups.items(), key=lambda item: len(item[1]))
-    zero = [t.first_batch_s for t in trials if t.status == "ok" and t.first_batch_s is not None
-            and t.config.num_workers == 0 and (t.config.batch_size, t.config.pin_memory) == (key.batch_size,
-            key.pin_memory)]  # fmt: skip
-    return Points({n: statistics.median(v) for n, v in sorted(best.items())}, statistics.median(zero) if zero else None)
+    zero = [t for t in trials if t.status == "ok" and t.first_batch_s is not None and t.config.num_workers == 0
+            and (t.config.batch_size, t.config.pin_memory) == (key.batch_size, key.pin_memory)]  # fmt: skip
+    shares = [t.cpu_percent / 100 for t in zero if t.cpu_percent is not None]
+    return Points(
+        {n: statistics.median(t.first_batch_s or 0.0 for t in ts) for n, ts in sorted(best.items())},
+        statistics.median(t.first_batch_s or 0.0 for t in zero) if zero else None,
+        {n: _median(t.workers_start_s for t in ts) for n, ts in sorted(best.items())},
+        min(1.0, statistics.median(shares)) if shares else None,
+    )
+
+
+def _median(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.median(known) if known else None
 
 
 @dataclass(frozen=True)
 class Fit:
-    """first batch(w) = base + alone_s × max(1, w / cpus) + per_worker × w: the batch's own work, shared among the
-    workers once they outnumber the usable CPUs, and each worker's start-up (the parent starts them one by one).
-    Without a 0-worker first batch, alone_s is 0 and base the line's intercept."""
+    """first batch(w) = per_worker × w + base + the batch's own work: the parent starts the workers one by one
+    (iter() times it: per_worker), then each computes its first batch at once with the others, so the CPU part of
+    the batch's work (cpu_share of alone_s) is shared among them once they outnumber the usable CPUs, while its
+    waiting part is not; base is what is left (the batch's trip back, a worker's first steps).
+    Without a 0-worker first batch, alone_s is 0: a line, base + per_worker × w."""
 
     base: float
     alone_s: float
     cpus: int
     per_worker: float
+    cpu_share: float = 1.0
 
     def at(self, workers: int) -> float:
-        return self.base + self.alone_s * max(1.0, workers / self.cpus) + self.per_worker * workers
+        return self.per_worker * workers + self.base + self.work(workers)
+
+    def work(self, workers: int) -> float:
+        return self.alone_s * ((1 - self.cpu_share) + self.cpu_share * max(1.0, workers / self.cpus))
 
     def text(self) -> str:
-        if self.alone_s:
-            alone, per = seconds(self.alone_s), seconds(self.per_worker)
-            return f"the batch alone {alone}, shared over {self.cpus} CPUs, + {per} a worker"
-        return f"{seconds(self.base)} + {seconds(self.per_worker)} a worker"
+        if not self.alone_s:
+            return f"{seconds(self.base)} + {_short(self.per_worker)} a worker"
+        on_cpu = f"{self.cpu_share:.0%} of it on a CPU, " if self.cpu_share < 1 else ""
+        base = f" {'+' if self.base >= 0 else '-'} {_short(abs(self.base))} more" if self.base else ""
+        return (f"the batch alone {seconds(self.alone_s)}, {on_cpu}shared over {self.cpus} CPUs, + "
+                f"{_short(self.per_worker)} to start each worker{base}")  # fmt: skip
 
 
-def fit(points: dict[int, float], alone_s: float | None, cpus: int) -> Fit:
-    """The start-up per worker, by least squares over the rungs measured."""
-    cpus = max(1, cpus)
-    if alone_s is not None:  # what the batch's own work leaves to the workers' start-up: per_worker × w
-        rest = {w: s - alone_s * max(1.0, w / cpus) for w, s in points.items()}
-        # A start-up is never negative: a fit below 0 is the rungs' noise (it printed "+ -0.00 s a worker")
-        per = max(0.0, sum(w * r for w, r in rest.items()) / sum(w * w for w in rest))
-        return Fit(0.0, alone_s, cpus, per)
-    xs, ys = list(points), list(points.values())
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    spread = sum((x - mx) ** 2 for x in xs)
-    per = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
-    return Fit(my - per * mx, 0.0, cpus, per)
+def fit(points: Points, cpus: int) -> Fit:
+    """The start-up per worker as iter() timed it (else by least squares over the rungs), and what the rungs'
+    first batches leave beside it and the batch's own work."""
+    cpus, below = max(1, cpus), points.by_workers
+    if points.alone_s is None:  # no batch alone to start from: a line through the rungs
+        xs, ys = list(below), list(below.values())
+        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        spread = sum((x - mx) ** 2 for x in xs)
+        per = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
+        return Fit(my - per * mx, 0.0, cpus, per)
+    model = Fit(0.0, points.alone_s, cpus, 0.0, 1.0 if points.alone_cpu_share is None else points.alone_cpu_share)
+    starts = [(w, points.starts.get(w)) for w in below]
+    if all(s is not None for _, s in starts):  # iter() timed the start-up at each rung: only the rest is fitted
+        per = sum(s or 0.0 for _, s in starts) / sum(below)
+        base = statistics.median(s - per * w - model.work(w) for w, s in below.items())
+        return replace(model, per_worker=per, base=base)
+    rest = {w: s - model.work(w) for w, s in below.items()}
+    # A start-up is never negative: a fit below 0 is the rungs' noise (it printed "+ -0.00 s a worker")
+    return replace(model, per_worker=max(0.0, sum(w * r for w, r in rest.items()) / sum(w * w for w in rest)))
 
 
 def forecast(trials: Sequence[TrialResult], top: int, cpus: int) -> str | None:
     """Mid-sweep: the first batch at the top planned count, from the rungs measured so far (None: too few yet, or
     the top count is measured already)."""
     points = first_batch_points(trials)
-    below = {n: s for n, s in points.by_workers.items() if n < top}
-    if len(below) < FIT_MIN_COUNTS or top in points.by_workers:
+    below = points.below(top)
+    if len(below.by_workers) < FIT_MIN_COUNTS or top in points.by_workers:
         return None
-    model = fit(below, points.alone_s, cpus)
-    counts = ", ".join(map(str, below))
+    model = fit(below, cpus)
+    counts = ", ".join(map(str, below.by_workers))
     return (f"pre-flight first batch: from {counts} workers ({model.text()}), the first batch at {top} workers "
             f"should take {seconds(model.at(top))}")  # fmt: skip
 
@@ -197,8 +228,8 @@ def first_batch_checks(trials: Sequence[TrialResult], cpus: int) -> tuple[Prefli
     checks = []
     for i, n in enumerate(counts):
         if i >= FIT_MIN_COUNTS:
-            below = {c: points.by_workers[c] for c in counts[:i]}
-            checks.append(_against(n, points.by_workers[n], fit(below, points.alone_s, cpus), below))
+            below = points.below(n)
+            checks.append(_against(n, points.by_workers[n], fit(below, cpus), below.by_workers))
     if not checks:
         said = ", ".join(map(str, counts))
         at = f"at {said} workers only" if counts else "at no count of 1 or more workers"
@@ -247,5 +278,6 @@ def _against(workers: int, measured: float, model: Fit, below: dict[int, float])
     numbers: dict[str, float | int | str | None] = {
         "workers": workers, "predicted_s": predicted, "measured_s": measured, "ratio": ratio, "fit_counts": counts,
         "alone_s": model.alone_s or None, "cpus": model.cpus, "base_s": model.base, "per_worker_s": model.per_worker,
+        "cpu_share": model.cpu_share if model.alone_s else None,
     }  # fmt: skip
     return PreflightCheck("first_batch", "info" if held else "warning", said, numbers)
