@@ -143,6 +143,23 @@ def test_start_up_timed_by_iter_and_the_batchs_cpu_share_forecast_each_rung() ->
 
 
 @pytest.mark.unit
+def test_workers_past_the_cpus_add_what_the_rungs_past_them_left() -> None:
+    # Recorded: `synthetic:cpu_ms=2,io_ms=0,kb=64`, a CPU-bound batch (99% of a CPU at 0 workers), 2 CPUs. Without
+    # the term past the CPUs, 8 and 32 workers were forecast ×1.32 and ×1.68 short.
+    rungs = {1: (0.1382, 0.0082), 2: (0.1627, 0.0197), 4: (0.2654, 0.0446), 8: (0.5707, 0.0986), 32: (2.6081, 0.3740)}
+    trials = [TrialResult(0, TrialConfig(0, 32), "ok", first_batch_s=0.0698, cpu_percent=99.5)] + [
+        TrialResult(i, TrialConfig(w, 32, 2), "ok", first_batch_s=first, workers_start_s=start)
+        for i, (w, (first, start)) in enumerate(rungs.items(), 1)
+    ]
+    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials, cpus=2)}
+    assert checks[4].numbers["crowd_s"] == 0.0  # from 1 and 2 workers: no rung past the CPUs yet
+    at8, at32 = checks[8], checks[32]
+    assert at8.numbers["crowd_s"] > 0 and at32.numbers["crowd_s"] > 0
+    assert at8.level == at32.level == "info", (at8.message, at32.message)
+    assert "a worker past the CPUs" in at32.message
+
+
+@pytest.mark.unit
 def test_without_a_0_worker_batch_the_forecast_is_a_line() -> None:
     measured = {1: 0.12, 2: 0.22, 4: 0.42}
     (check,) = first_batch_checks(trials_at(measured), cpus=2)
