@@ -3,6 +3,7 @@
     python benchmarks/search_repro.py [--only io,cpu,consumer,images,contended,tvimages,text] [--repeats 3]
                                       [--from benchmarks/search_results.json] [--json benchmarks/repro_results.json]
                                       [--out benchmarks/REPRO.md] [--budget-min 60] [--fresh] [--report-only]
+                                      [--tolerance 0.05]
 
 For each workload: the exhaustive grid and the reference with repeats (search_reference.py) are properties of the
 workload on this machine, not of the search, so they are taken from `--from` (search_bench.py's record) when it has
@@ -106,6 +107,7 @@ def parse() -> argparse.Namespace:
     p.add_argument("--trial-seconds", type=float, default=5.0, help="for grids measured here")
     p.add_argument("--max-workers", type=int, default=32, help="for grids measured here")
     p.add_argument("--images", type=int, default=2000, help="JPEGs of the Pillow `images` workload")
+    p.add_argument("--tolerance", type=float, default=0.05, help="the searches' noise band (loadertop's default 0.05)")
     return p.parse_args()
 
 
@@ -142,6 +144,7 @@ def settings_for(w: Workload, spec: str, grid: dict[str, Any] | None, args: argp
         start_methods=("fork",),
         workers=tuple(workers),
         interval=0.25,
+        tolerance=args.tolerance,
     )
 
 
@@ -154,7 +157,7 @@ def measure_workload(
 
     spec = dataset_spec(w, args.images)
     entry.update(title=w.title, spec=w.spec, batch_size=w.batch_size, why=w.why)
-    if "grid" not in entry and recorded is not None:
+    if "grid" not in entry and recorded is not None and entry.get("remeasured_in_session") is None:
         entry["grid"], entry["reference"] = recorded["grid"], recorded["reference"]
         entry["grid_from"] = f"{Path(args.source).name} (measured {recorded.get('measured', 'with it')})"
     settings = settings_for(w, spec, entry.get("grid"), args)
