@@ -25,6 +25,7 @@ from loadertop.core.engine.verdict.preflight import (
 )
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Checked
+from loadertop.core.model.results import PreflightCheck as Check
 from loadertop.core.model.results import SweepResult, TrialResult
 from loadertop.core.trial.preflight import measure_pickle, tensor_bytes, unpicklable_path
 
@@ -119,6 +120,16 @@ def test_a_start_up_fitted_below_zero_is_none() -> None:
     assert at4.numbers["predicted_s"] == pytest.approx(0.0694 * 2)
 
 
+def recorded_checks(alone_s: float, alone_cpu: float, rungs: dict[int, tuple[float, float]]) -> dict[object, Check]:
+    """The first-batch checks, by worker count, of a recorded sweep on 2 CPUs: its 0-worker trial (first batch, CPU
+    percent) and per count (first batch, iter() starting the workers)."""
+    trials = [TrialResult(0, TrialConfig(0, 32), "ok", first_batch_s=alone_s, cpu_percent=alone_cpu)] + [
+        TrialResult(i, TrialConfig(w, 32, 2), "ok", first_batch_s=first, workers_start_s=start)
+        for i, (w, (first, start)) in enumerate(rungs.items(), 1)
+    ]
+    return {c.numbers["workers"]: c for c in first_batch_checks(trials, cpus=2)}
+
+
 @pytest.mark.unit
 def test_start_up_timed_by_iter_and_the_batchs_cpu_share_forecast_each_rung() -> None:
     # Recorded on this 2-core VM (`--dataset synthetic:cpu_ms=0.5,io_ms=1,kb=64 --workers 0,1,2,4,8,32 --search
@@ -126,11 +137,7 @@ def test_start_up_timed_by_iter_and_the_batchs_cpu_share_forecast_each_rung() ->
     # rest of the batch's time is its 1 ms waits, which 32 workers do not share). The earlier fit, start-up per
     # worker by least squares through the first batches, forecast 4 and 8 workers ×0.61 and ×0.74.
     rungs = {1: (0.0855, 0.0094), 2: (0.0851, 0.0190), 4: (0.1113, 0.0367), 8: (0.1904, 0.0821), 32: (0.7640, 0.3581)}
-    trials = [TrialResult(0, TrialConfig(0, 32), "ok", first_batch_s=0.0579, cpu_percent=36.3)] + [
-        TrialResult(i, TrialConfig(w, 32, 2), "ok", first_batch_s=first, workers_start_s=start)
-        for i, (w, (first, start)) in enumerate(rungs.items(), 1)
-    ]
-    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials, cpus=2)}
+    checks = recorded_checks(0.0579, 36.3, rungs)
     assert set(checks) == {4, 8, 32}
     for check in checks.values():
         assert check.level == "info" and abs(check.numbers["ratio"] - 1) <= 0.2, check.message  # type: ignore[operator]
@@ -147,11 +154,7 @@ def test_workers_past_the_cpus_add_what_the_rungs_past_them_left() -> None:
     # Recorded: `synthetic:cpu_ms=2,io_ms=0,kb=64`, a CPU-bound batch (99% of a CPU at 0 workers), 2 CPUs. Without
     # the term past the CPUs, 8 and 32 workers were forecast ×1.32 and ×1.68 short.
     rungs = {1: (0.1382, 0.0082), 2: (0.1627, 0.0197), 4: (0.2654, 0.0446), 8: (0.5707, 0.0986), 32: (2.6081, 0.3740)}
-    trials = [TrialResult(0, TrialConfig(0, 32), "ok", first_batch_s=0.0698, cpu_percent=99.5)] + [
-        TrialResult(i, TrialConfig(w, 32, 2), "ok", first_batch_s=first, workers_start_s=start)
-        for i, (w, (first, start)) in enumerate(rungs.items(), 1)
-    ]
-    checks = {c.numbers["workers"]: c for c in first_batch_checks(trials, cpus=2)}
+    checks = recorded_checks(0.0698, 99.5, rungs)
     assert checks[4].numbers["crowd_s"] == 0.0  # from 1 and 2 workers: no rung past the CPUs yet
     at8, at32 = checks[8], checks[32]
     assert at8.numbers["crowd_s"] > 0 and at32.numbers["crowd_s"] > 0
