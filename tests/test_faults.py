@@ -4,16 +4,20 @@ act on, the sweep goes on, bad input is one line and exit 2, and no process of t
 from __future__ import annotations
 
 import json
+import os
 import queue
 import re
+import signal
 import subprocess
 from pathlib import Path
 
+import psutil
 import pytest
 from procs import FAULTS, Family, start_loadertop
 
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.events import Notice, TrialLaunched
 from loadertop.core.model.results import SweepResult
 
 FAST = dict(trial_seconds=1.5, block_seconds=0.15, interval=0.2, start_methods=("fork",))
@@ -94,6 +98,36 @@ def test_a_hung_trial_is_killed_after_the_timeout_and_says_what_it_last_did(runs
     hung, ok = result.trials
     assert hung.error == "no batch for 2 s (last: got the first batch)"
     assert ok.status == "ok"  # the sweep went on
+
+
+def test_a_runner_that_stops_answering_is_replaced_and_the_sweep_goes_on(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The trial hangs; the runner is frozen as soon as the trial is forked, so the trial's kill is never reported.
+    from loadertop.core.engine.drive import trial_watch
+
+    monkeypatch.setattr(trial_watch, "EXIT_GRACE_S", 2.0)
+    sweep = Sweep(
+        Settings(dataset=f"{FAULTS}:hanging", dataset_args=(("after", "100"),), trial_timeout=2.0, **FAST),  # type: ignore[arg-type]
+        out_dir=runs,
+        only=[W2, W0],
+    )
+    family = Family().watch()
+    notices = []
+    for event in sweep.events():
+        family.see(event)
+        if isinstance(event, TrialLaunched) and event.index == 0:
+            os.kill(psutil.Process(event.pid).ppid(), signal.SIGSTOP)  # the runner: it will never say Exited
+        if isinstance(event, Notice):
+            notices.append(event.message)
+    family.gone_within(2.0)
+    assert sweep.result is not None
+    hung, ok = sweep.result.trials
+    assert hung.error == (
+        "no batch for 2 s (last: got the first batch); the runner did not report its exit 2 s after SIGKILL"
+    )
+    assert "trial 1: the runner stopped answering; starting a fresh one" in notices
+    assert ok.status == "ok"  # measured by the fresh runner
 
 
 # -- bad input: one line, exit 2, traceback in the log ------------------------------------------------------

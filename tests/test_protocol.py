@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import queue
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -333,6 +335,57 @@ def test_a_silent_trial_is_hung_once_and_a_paused_one_is_not() -> None:
     watch.last_activity -= 61
     assert watch.hung(60.0) and not watch.hung(60.0)
     assert watch.error == "no batch for 60 s (last: started 1 workers)"
+
+
+class SilentRunner:
+    """A runner link that has said all it will: every get() times out, like a runner stuck after the trial's kill."""
+
+    def get(self, timeout: float) -> Reply | None:
+        time.sleep(timeout)
+        raise queue.Empty
+
+    def drain_until_exit(self) -> None:
+        raise AssertionError("not cancelled")
+
+
+def _follow_silent(watch: TrialWatch, monkeypatch: pytest.MonkeyPatch) -> tuple[bool, int, float]:
+    """Follow `watch` on a silent runner (--trial-timeout 0.2 s, a grace of 0.3 s after the kill): whether follow
+    returned, the kills it asked for, and how long it took."""
+    from loadertop.core.engine.drive import trial_watch
+
+    monkeypatch.setattr(trial_watch, "EXIT_GRACE_S", 0.3)
+    kills: list[None] = []
+    running, cancelled = threading.Event(), threading.Event()
+    running.set()
+    watch.touch()
+    start = time.monotonic()
+    done = watch.follow(SilentRunner(), 0.2, cancelled, running, lambda: kills.append(None))  # type: ignore[arg-type]
+    return done, len(kills), time.monotonic() - start
+
+
+@pytest.mark.unit
+def test_a_killed_trial_whose_exit_never_comes_is_given_up_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CI hung here for 300 s: the trial went silent, was killed, and the runner never said it exited."""
+    watch, _, _ = _watch([Forked(2, 100), Workers((101,)), Started((101,), 0.4, 1.5)])
+    done, kills, took = _follow_silent(watch, monkeypatch)
+    assert done and watch.abandoned and kills == 1  # killed once, then given up, not looped on
+    assert 0.5 <= took < 30  # the timeout, then the grace
+    assert watch.error == (
+        "no batch for 0 s (last: got the first batch); the runner did not report its exit 0 s after SIGKILL"
+    )  # the figures are whole seconds (0.2 and 0.3 here)
+    assert watch.result(None, []).status == "failed"
+
+
+@pytest.mark.unit
+def test_a_trial_that_said_it_failed_and_never_exits_is_killed_with_its_own_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its Failed set the error first; that must not exempt it from the hang check (it did: hung() looked at the
+    error, so such a trial was never killed)."""
+    watch, _, _ = _watch([Forked(2, 100), Workers((101,)), Failed("RuntimeError: worker killed by signal: Bus error.")])
+    done, kills, _ = _follow_silent(watch, monkeypatch)
+    assert done and watch.abandoned and kills == 1
+    assert (watch.error or "").startswith("RuntimeError: worker killed by signal: Bus error.; the runner did not")
 
 
 @pytest.mark.unit

@@ -12,6 +12,7 @@ The runner exits, killing the running trial, when stdin closes (the driver is go
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import io
 import os
@@ -20,6 +21,8 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from typing import NoReturn
 
 from loadertop.core.model.jobs import pid_alive
 from loadertop.core.model.protocol import (
@@ -102,11 +105,9 @@ def _run_parked(request: TrialRequest) -> None:
         ready_r, ready_w = os.pipe()
         child = os.fork()
         if child == 0:
-            die_with_parent(runner)
-            os.setpgid(0, 0)
             os.close(go_w)
             os.close(ready_r)
-            os._exit(_trial_main(request, (go_r, ready_w)))
+            _be_trial(runner, functools.partial(_trial_main, request, (go_r, ready_w)))
         os.close(go_r)
         os.close(ready_w)
         with contextlib.suppress(OSError):
@@ -127,15 +128,29 @@ def _run_forked(request: TrialRequest | CeilingRequest) -> None:
     runner = os.getpid()
     child = os.fork()
     if child == 0:
-        die_with_parent(runner)  # the runner died: so does the trial (armed before anything else can run)
-        os.setpgid(0, 0)
-        os._exit(_ceiling_main(request) if isinstance(request, CeilingRequest) else _trial_main(request))
+        if isinstance(request, CeilingRequest):
+            _be_trial(runner, functools.partial(_ceiling_main, request))
+        _be_trial(runner, functools.partial(_trial_main, request))
     with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
         os.setpgid(child, child)
     emit(Forked(request.index, child))
     status = _wait_child(child)
     assert status is not None
     emit(Exited(request.index, *status))
+
+
+def _be_trial(runner: int, trial: Callable[[], int]) -> NoReturn:
+    """In the forked child: lead its own process group, run `trial`, and exit with its code whatever it raises (an
+    exception escaping here would otherwise run the runner's own loop and teardown in the trial's process)."""
+    code = 1
+    try:
+        die_with_parent(runner)  # the runner died: so does the trial (armed before anything else can run)
+        os.setpgid(0, 0)
+        code = trial()
+    finally:
+        with contextlib.suppress(BaseException):
+            sys.stderr.flush()
+        os._exit(code)
 
 
 def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:

@@ -395,6 +395,9 @@ class Sweep:
             if not watch.follow(runner, self.settings.trial_timeout, self._cancel, self._resumed, kill):
                 return None
             self._raised = watch.raised
+            if watch.abandoned:  # the runner is stuck: closed here, so the next trial gets a fresh one (_live)
+                self._emit(Notice("warning", f"trial {index + 1}: the runner stopped answering; starting a fresh one"))
+                runner.close()
         finally:
             if watch.error is not None:  # whatever is left of a failed trial goes with it
                 self._signal_trial(signal.SIGKILL)

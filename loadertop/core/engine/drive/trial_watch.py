@@ -45,6 +45,10 @@ _SIGNAL_HINTS: dict[int, str] = {  # keyed by Signals, looked up by the int the 
     signal.SIGSEGV: " (a crash in native code, such as a C extension the dataset uses; Python stack in runner.log)",
 }  # SIGBUS gets the /dev/shm hint that every failure mentioning it gets
 
+# After our SIGKILL the runner reaps the trial and says so within about a second (it waits up to 1 s for stragglers).
+# Past this, the runner itself is stuck: the trial is given up and the driver starts a fresh runner.
+EXIT_GRACE_S = 10.0
+
 
 class TrialHost(Protocol):
     """What a trial needs from its sweep."""
@@ -75,6 +79,8 @@ class TrialWatch:
         self.error: str | None = None
         self.raised: str | None = None  # what the trial's own code raised (its Failed message), if it did
         self.exited = False
+        self.killed_at: float | None = None  # when hung() had the trial killed
+        self.abandoned = False  # the runner never reported the killed trial's exit: it must be replaced
         self.last_what = "starting"  # what the trial did last, for the message when it hangs
         self.last_activity = time.monotonic()
         self.rates: list[float] = []  # the blocks' samples/s so far, for the running median the faces show
@@ -90,7 +96,8 @@ class TrialWatch:
         kill: Callable[[], None],
     ) -> bool:
         """Handle the runner's messages until the trial exits; False when cancelled. A paused trial is not hung;
-        one silent past `timeout` is killed (`kill`: SIGKILL to its process group)."""
+        one silent past `timeout` is killed (`kill`: SIGKILL to its process group), and if the runner then never
+        reports its exit, the trial is given up (`abandoned`) rather than waited for forever."""
         while not self.exited:
             if cancelled.is_set():
                 runner.drain_until_exit()
@@ -99,6 +106,8 @@ class TrialWatch:
                 self.touch()
             elif self.hung(timeout):
                 kill()
+            elif self.unanswered():
+                return True
             try:
                 message = runner.get(timeout=0.1)
             except queue.Empty:
@@ -114,10 +123,20 @@ class TrialWatch:
         self.last_activity = time.monotonic()
 
     def hung(self, timeout: float) -> bool:
-        """True once, when no message came for `timeout` seconds: the trial is hung, its error set."""
-        if self.error is not None or time.monotonic() - self.last_activity <= timeout:
+        """True once, when no message came for `timeout` seconds: the trial is hung, to be killed. Its error is set
+        unless it already said why it failed (a trial that sent Failed and then never exited is killed too)."""
+        if self.killed_at is not None or time.monotonic() - self.last_activity <= timeout:
             return False
-        self.error = f"no batch for {timeout:.0f} s (last: {self.last_what})"
+        self.killed_at = time.monotonic()
+        self.error = self.error or f"no batch for {timeout:.0f} s (last: {self.last_what})"
+        return True
+
+    def unanswered(self) -> bool:
+        """True once the trial was killed EXIT_GRACE_S ago and the runner has still not reported its exit."""
+        if self.killed_at is None or time.monotonic() - self.killed_at <= EXIT_GRACE_S:
+            return False
+        self.abandoned = True
+        self.error = f"{self.error}; the runner did not report its exit {EXIT_GRACE_S:.0f} s after SIGKILL"
         return True
 
     def with_figures(self, sample: ProbeSample, window: list[ProbeSample]) -> ProbeSample:
