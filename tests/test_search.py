@@ -197,6 +197,47 @@ def test_memory_budget_caps_the_ladder():
 
 
 @pytest.mark.unit
+def test_the_top_of_the_range_may_stop_on_a_clear_gain_but_not_on_a_loss():
+    """Its trial stops once clearly faster than the best rung below (it is the climb's answer either way); a loss
+    or a near tie there runs its course."""
+    planner = AdaptivePlanner(settings())
+    planner.setup(machine(), ())
+    done: list[TrialResult] = []
+    decisions = {}
+    while (config := planner.next(done)) is not None:
+        decisions.setdefault(config.num_workers, planner.decision())
+        fields = io_bound(config, 0)
+        done.append(TrialResult(len(done), config, "ok", spread=0.02, stable=True, blocks=5, **fields))
+    below, above = decisions[32]
+    assert below is None  # no early stop on a loss at the top
+    assert above == pytest.approx(800.0 * 1.05 * 1.05)  # 16 workers' 800/s, past the band, by a tolerance more
+    assert all(edge is not None for edge in decisions[16])  # a rung inside the range has both edges
+
+
+def _run(n: int, sps: float, index: int, spread: float = 0.06) -> TrialResult:
+    config = TrialConfig(n, 16, 2, start_method="fork")
+    return TrialResult(index=index, config=config, status="ok", samples_per_s=sps, spread=spread, blocks=6)
+
+
+@pytest.mark.unit
+def test_a_rival_a_few_workers_from_the_choice_gets_no_duel_and_a_farther_one_does():
+    """Issue 18's I/O-bound search: 30 vs 32 workers took 8 repeats to end undecided, to save 2 workers; the next
+    run of the same workload never measured 30 and picked 32."""
+    from loadertop.core.engine.search.finalists import duels
+
+    notes: list[str] = []
+    near = [_run(16, 600.0, 0), _run(30, 780.0, 1), _run(32, 840.0, 2)]  # 30 within twice the band of 32
+    assert list(duels(lambda: near, 0.05, lambda _phase, text, _config: notes.append(text))) == []
+    assert notes == [
+        "w=32 bs=16 pf=2 fork is the choice; w=30 bs=16 pf=2 fork within 2× the noise band but fewer than 20% of "
+        "the workers apart: no repeat is worth it"
+    ]
+    far = [_run(16, 600.0, 0), _run(24, 780.0, 1), _run(32, 840.0, 2)]  # 24 saves a quarter of the workers
+    first = next(duels(lambda: far, 0.05, lambda *_: None))
+    assert first.num_workers == 24
+
+
+@pytest.mark.unit
 def test_usl_moves_the_next_rung_to_its_predicted_peak():
     lam, alpha, beta = 100.0, 0.02, 0.03  # N* = sqrt(0.98 / 0.03) = 5.7
 
@@ -474,12 +515,15 @@ def test_real_short_adaptive_sweep(runs: Path, no_leftovers: None) -> None:
     assert ok and all(t.fraction_of_ceiling is not None and 0 < t.fraction_of_ceiling < 1.2 for t in ok)
     assert all("of ceiling" in t.reason for t in ok)
     # Rungs that gain clearly (2 workers twice 1's rate) stop after 3 blocks, their decision made; the top of the
-    # range is never cut short (it may be the answer).
+    # range only on a clear gain (a loss or a near tie there runs its course: it may be the answer).
     decided = [t for t in ok if t.decided]
     # (3 blocks in a row beyond an edge: a refine trial, its edges around the band's, may take a block or two more)
     assert decided and all(t.blocks >= 3 and not t.stable for t in decided), [(t.blocks, t.stable) for t in ok]
     assert any(t.blocks == 3 for t in decided)
-    assert not any(t.decided for t in ok if t.config.num_workers in (0, 1, 16))
+    assert not any(t.decided for t in ok if t.config.num_workers in (0, 1))
+    top = [t for t in ok if t.config.num_workers == 16]
+    below = [t.samples_per_s or 0.0 for t in ok if 1 <= t.config.num_workers < 16]
+    assert all((t.samples_per_s or 0.0) > max(below) for t in top if t.decided)
     assert any("a clear gain after 3 blocks" in m for m in searched)
     assert result.recommendation is not None and result.usl is not None
     saved = json.loads((Path(result.run_dir or "") / "result.json").read_text())

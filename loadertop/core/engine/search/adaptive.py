@@ -172,13 +172,16 @@ class AdaptivePlanner:
     def _rung_decision(self, n: int) -> tuple[float | None, float | None]:
         """The edges of a rung's decision (a gain beyond the band over the best rung below, or not), past which its
         trial may stop (TrialRequest.decide_below/above): the band's edge plus a tolerance, the best rung minus one.
-        The first rungs and the top of the range run their course (nothing to compare; or they may be the answer)."""
+        The first rungs run their course (nothing to compare)."""
         below = [r for r in self._curve() if 1 <= r.config.num_workers < n]
-        if not below or n >= self.counts[-1]:
+        if not below:
             return None, None
         prev = max(below, key=sps)
         x = sps(prev)
-        return x * (1.0 - self.tol), x * (1.0 + noise_band(self.tol, prev)) * (1.0 + self.tol)
+        gain = x * (1.0 + noise_band(self.tol, prev)) * (1.0 + self.tol)
+        # The top of the range may stop on a clear gain: it is the climb's answer either way (measured again if it
+        # meets a rival); a loss or a near tie there runs its course
+        return (None, gain) if n >= self.counts[-1] else (x * (1.0 - self.tol), gain)
 
     def _stop_climbing(self, n: int, t: TrialResult) -> Stop | None:
         x = sps(t)

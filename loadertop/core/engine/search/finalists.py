@@ -22,6 +22,7 @@ from loadertop.core.model.results import TrialResult
 
 Z = 2.0  # standard errors between the difference and the band's edge that settle which side it is on
 RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
+DUEL_PRECISION = 0.2  # ... unless its worker count is this close to the choice's (30 vs 32 workers: no duel)
 MAX_RUNS = 6  # runs of one finalist (its first included): the repeat cap of a duel
 MAX_DUELS = 3
 MAX_REPEATS = 16  # trials the whole phase may add ...
@@ -73,21 +74,44 @@ def _finalists(
     noise = Noise.of(done, tolerance)
     best, c = choose_merged(ok, tolerance, noise)
     rival: TrialResult | None = best if best.config != c.config else None
+    near: list[TrialResult] = []  # cheaper contenders a few workers from the choice: not worth a duel
     if rival is None:
         others = [
             t for t in ok if t.config != c.config and sps(t) >= sps(best) * (1.0 - RIVAL_BANDS * noise.band(t, best))
         ]
+        # A cheaper contender a few workers from the choice would save too little to be worth repeats. (A choice
+        # that is itself the cheaper one still meets the best: whether it is surely within the band is its accuracy.)
+        near = [t for t in others if _near(c, t) and t.config.num_workers < c.config.num_workers]
+        others = [t for t in others if t not in near]
         cheaper = [t for t in others if t.config.num_workers < c.config.num_workers]
         rival = max(cheaper or others, key=sps) if others else None
     if rival is None:
         if not fought:
-            note("repeat", f"{c.config.label()} is a clear choice: nothing else within {RIVAL_BANDS:g}× the noise "
-                           "band, no repeat needed", None)  # fmt: skip
+            note("repeat", _clear(c, near), None)
         return None
     if frozenset((c.config, rival.config)) in fought:
         return None
     a, b = sorted((c, rival), key=lambda t: (t.config.num_workers, -sps(t)))
     return a, b
+
+
+def _near(c: TrialResult, t: TrialResult) -> bool:
+    """Whether `t` is a few workers from the choice `c`: fewer than DUEL_PRECISION of the larger count apart (and
+    not the same count: then another knob is at stake). The climb and the refine do not resolve worker counts that
+    finely (refine.REFINE_PRECISION), and repeats spent to save a worker or two cost more than they save."""
+    n, m = c.config.num_workers, t.config.num_workers
+    return n != m and abs(n - m) < DUEL_PRECISION * max(n, m)
+
+
+def _clear(c: TrialResult, near: list[TrialResult]) -> str:
+    if not near:
+        band = f"{RIVAL_BANDS:g}× the noise band"
+        return f"{c.config.label()} is a clear choice: nothing else within {band}, no repeat needed"
+    close = ", ".join(t.config.label() for t in sorted(near, key=lambda t: t.config.num_workers))
+    return (
+        f"{c.config.label()} is the choice; {close} within {RIVAL_BANDS:g}× the noise band but fewer than "
+        f"{pct(DUEL_PRECISION)} of the workers apart: no repeat is worth it"
+    )
 
 
 def _pair_order(a: TrialResult, b: TrialResult, noise: Noise) -> tuple[TrialResult, ...]:
