@@ -15,6 +15,7 @@ BUSY = 0.75  # a trial whose processes used this share of the usable CPUs or mor
 IDLE = 0.5  # nor CPU-bound below this share
 SLOWER_AGAIN = re.compile(r"slower again at (\d+) workers? \(([−+])([\d.]+)%\)")
 ARE_SLOWER = re.compile(r"are slower \((\d+) vs (\d+) samples/s")
+REPEAT = re.compile(r" \(repeat of #\d+\)$")
 NO_SPEED = re.compile(r"no speed \((\d+) vs (\d+) samples/s, within ([\d.]+)%\)")
 
 
@@ -36,6 +37,23 @@ def contradictions(result: SweepResult) -> list[str]:
             found += [f"knee: {p}" for p in _knee(result, curve, tol)]
             found += [f"knee: {p}" for p in _slower_again(result.knee.reason, curve)]
         found += [f"recommendation: {p}" for p in _slower_again(rec.reason, curve)]
+        found += _within_noise(curve, rec.equivalent)
+    return found
+
+
+def _within_noise(curve: list[TrialResult], equivalent: tuple[object, ...]) -> list[str]:
+    """A row on the recommendation's curve says "within noise of best" exactly when the ≈ set holds it (the set the
+    recommendation is chosen from): one sentence may not call a configuration within noise that another calls
+    outside the band."""
+    if not equivalent:
+        return []
+    found = []
+    for t in curve:
+        row = REPEAT.sub("", t.reason)
+        says = ", within noise of best" in row or row.endswith(", best")
+        if says != (t.config in equivalent):
+            held = "is" if t.config in equivalent else "is not"
+            found.append(f"#{t.index} w={t.config.num_workers}: its row says {row!r}, but it {held} in the ≈ set")
     return found
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import re
 from collections.abc import Sequence
 
-from loadertop.core.engine.verdict.band import merge_repeats, noise_band
+from loadertop.core.engine.verdict.band import Noise, finished, merge_repeats, noise_band
 from loadertop.core.engine.verdict.bound import CONSUMER_BOUND, CPU_BOUND, IO_BOUND, MAIN_BOUND, bound_of, in_process
 from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_phrase
@@ -38,6 +38,10 @@ def annotate(
     by_batch = {c.batch_size: c.samples_per_s for c in consumer_ceilings(ceilings)}
     merged = {t.config: t for t in merge_repeats([t for t in trials if t.status == "ok"])}
     peak = max((t.samples_per_s for t in merged.values() if t.samples_per_s), default=None)
+    # "within noise of best" by the band the recommendation and the ≈ set use (narrowed by repeats), not by one
+    # run's spread: a row said "within noise" of a configuration the recommendation called 5.1% behind, outside it
+    noise = Noise.of(finished(trials), tolerance)
+    best = max(merged.values(), key=sps, default=None)
     first: dict[TrialConfig, int] = {}
     out = []
     for t in trials:
@@ -46,7 +50,10 @@ def annotate(
         repeat_of = earlier if earlier != t.index else None
         judged = merged.get(t.config, t) if t.status == "ok" else t
         transport = transport_phrase(judged, ceilings, list(merged.values()), tolerance) if t.status == "ok" else ""
-        reason = trial_reason(judged, machine, peak, tolerance, ceiling, transport, cpu_step, list(merged.values()))
+        band = noise.band(judged, best) if best is not None and t.status == "ok" else None
+        reason = trial_reason(
+            judged, machine, peak, tolerance, ceiling, transport, cpu_step, list(merged.values()), band
+        )
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
         out.append(
@@ -69,10 +76,12 @@ def trial_reason(
     transport: str = "",
     cpu_step: bool = False,
     measured: Sequence[TrialResult] = (),
+    band: float | None = None,
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
     the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
-    (engine/verdict/transport_bound.py); `measured` (finished, repeats merged) is what its advice is checked against."""
+    (engine/verdict/transport_bound.py); `measured` (finished, repeats merged) is what its advice is checked against;
+    `band`: its noise band against the best (band.Noise), else one run's."""
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
@@ -91,7 +100,7 @@ def trial_reason(
         ratio = trial.samples_per_s / peak_samples_per_s
         if ratio >= 1.0 - 1e-9:
             phrase += ", best"
-        elif ratio >= 1.0 - noise_band(tolerance, trial):
+        elif ratio >= 1.0 - (noise_band(tolerance, trial) if band is None else band):
             phrase += ", within noise of best"
         else:
             phrase += f", {pct(ratio)} of best"
