@@ -8,7 +8,8 @@ much (smaller than the band: within noise of each other). Either answer, or the 
 cap the means decide, and the trace calls it a close call. The noise is one run's: its own spread, or the
 run-to-run disagreement between repeats where that is larger (band.Noise), so every repeat also sharpens the
 noise estimate, and the band of two means narrows as their runs add up. If the answer moves the choice, the new
-choice meets its own rival, up to MAX_DUELS duels.
+choice meets its own rival, up to MAX_DUELS duels. A cheaper contender fewer than DUEL_PRECISION of the choice's
+workers away is not worth a duel (30 vs 32 workers: repeats would cost more than the 2 workers save).
 """
 
 from __future__ import annotations

@@ -37,11 +37,11 @@ def annotate(
     quote it), so every run of it gives the same reason."""
     by_batch = {c.batch_size: c.samples_per_s for c in consumer_ceilings(ceilings)}
     merged = {t.config: t for t in merge_repeats([t for t in trials if t.status == "ok"])}
-    peak = max((t.samples_per_s for t in merged.values() if t.samples_per_s), default=None)
+    best = max(merged.values(), key=sps, default=None)
+    peak = sps(best) if best is not None and best.samples_per_s else None
     # "within noise of best" by the band the recommendation and the ≈ set use (narrowed by repeats), not by one
     # run's spread: a row said "within noise" of a configuration the recommendation called 5.1% behind, outside it
     noise = Noise.of(finished(trials), tolerance)
-    best = max(merged.values(), key=sps, default=None)
     first: dict[TrialConfig, int] = {}
     out = []
     for t in trials:
