@@ -33,6 +33,7 @@ from loadertop.core.machine.facts import (
 )
 from loadertop.core.machine.gpu import GpuProbe, describe_error
 from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
+from loadertop.core.model.stats import mean_of, median_of
 
 log = logging.getLogger(__name__)
 
@@ -358,14 +359,6 @@ class WindowStats:
     mem_available_min_mb: float | None  # lowest system MemAvailable seen
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return statistics.fmean(values) if values else None
-
-
 def measured_pids(samples: Sequence[ProbeSample], worker_pids: Sequence[int]) -> tuple[int, ...]:
     """The workers a window's per-worker figures are about: those of `worker_pids` (the trial's latest) read in
     it; when none was (short epochs: the workers restarted after the last reading), the last ones read."""
@@ -394,13 +387,13 @@ def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int])
         samples=len(ordered),
         worker_pids=tuple(known),
         worker_uss_mb=tuple(statistics.median(uss[pid]) for pid in known),
-        total_pss_mb=_median([s.total_pss_mb for s in whole if s.total_pss_mb is not None]),
+        total_pss_mb=median_of(s.total_pss_mb for s in whole),
         parked_beside=max((s.beside for s in ordered if s.beside is not None), default=0),
-        rss_mb=_median([s.rss_mb for s in whole if s.rss_mb is not None]),
-        cpu_percent=_mean([s.cpu_percent for s in ordered]),
-        main_cpu_percent=_mean([s.main_cpu_percent for s in ordered if s.main_cpu_percent is not None]),
-        machine_cpu_percent=_mean([s.machine_cpu_percent for s in ordered if s.machine_cpu_percent is not None]),
-        gpu_util=_mean([g.util_percent for g in gpu_samples]),
+        rss_mb=median_of(s.rss_mb for s in whole),
+        cpu_percent=mean_of([s.cpu_percent for s in ordered]),
+        main_cpu_percent=mean_of(s.main_cpu_percent for s in ordered),
+        machine_cpu_percent=mean_of(s.machine_cpu_percent for s in ordered),
+        gpu_util=mean_of([g.util_percent for g in gpu_samples]),
         gpu_mem_mb=max((g.mem_used_mb for g in gpu_samples), default=None),
         mem_available_min_mb=min((s.mem_available_mb for s in ordered), default=None),
     )

@@ -5,7 +5,6 @@ until the job ends (the last one has `ended` set) or `close()` is called. Nothin
 from __future__ import annotations
 
 import socket
-import statistics
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +30,7 @@ from loadertop.core.machine.probes import Probes
 from loadertop.core.model.events import ProbeSample, WorkerSample
 from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
+from loadertop.core.model.stats import mean_of
 
 if TYPE_CHECKING:
     from loadertop.core.engine.live.ranks import RankSessions
@@ -61,10 +61,6 @@ def open_one(job: JobInfo, *, interval: float, leak: LeakConfig | None) -> LiveS
         return LiveSession(Target(pid=job.pid, command=job.command, job=job), interval=interval, leak=leak)
     except (psutil.Error, OSError, AttachError):
         return None
-
-
-def _mean(values: list[float]) -> float | None:
-    return statistics.fmean(values) if values else None
 
 
 def paced(
@@ -242,7 +238,7 @@ class LiveSession:
             epoch=None if self._fold is None else self._fold.epoch,
             epoch_ends=tuple(interval.epoch_ends),
             workers=self._live_workers(samples),
-            main_cpu_percent=_mean([s.main_cpu_percent for s in samples if s.main_cpu_percent is not None]),
+            main_cpu_percent=mean_of(s.main_cpu_percent for s in samples),
             main_rss_mb=None if last is None else last.main_rss_mb,
             total_pss_mb=None if last is None else last.total_pss_mb,
             gpu_util=gpu_util(samples, gpus),
@@ -279,7 +275,7 @@ class LiveSession:
                     pid=pid,
                     uss_mb=last.uss_mb,
                     pss_mb=last.pss_mb,
-                    cpu_percent=_mean([w.cpu_percent for w in readings]),
+                    cpu_percent=mean_of([w.cpu_percent for w in readings]),
                     uss_slope_mb_per_min=None if fit is None else fit.slope_mb_per_min,
                     uss_slope_err_mb_per_min=None if fit is None else fit.stderr_mb_per_min,
                     leaking=pid in growing,

@@ -16,6 +16,7 @@ from loadertop.core.engine.verdict.memory import own_memory
 from loadertop.core.engine.wording import sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
+from loadertop.core.model.stats import mean_of
 
 BAND_CAP = 3.0  # the noise band is at most this many times the tolerance (15% by default)
 MEMORY_SLACK = 0.05  # PSS differences under 5% (or MEMORY_SLACK_MB) are measurement noise, not a real cost
@@ -181,18 +182,13 @@ def _merged(runs: list[TrialResult]) -> TrialResult:
     merged = dataclasses.replace(
         max(runs, key=lambda t: t.index),
         samples_per_s=mean,
-        batches_per_s=_mean([t.batches_per_s for t in runs]),
+        batches_per_s=mean_of([t.batches_per_s for t in runs]),
         spread=max(between, within),
-        stall_fraction=_mean([t.stall_fraction for t in runs]),
-        cpu_percent=_mean([t.cpu_percent for t in runs]),
-        main_cpu_percent=_mean([t.main_cpu_percent for t in runs]),
-        machine_cpu_percent=_mean([t.machine_cpu_percent for t in runs]),
+        stall_fraction=mean_of([t.stall_fraction for t in runs]),
+        cpu_percent=mean_of([t.cpu_percent for t in runs]),
+        main_cpu_percent=mean_of([t.main_cpu_percent for t in runs]),
+        machine_cpu_percent=mean_of([t.machine_cpu_percent for t in runs]),
         blocks=sum(t.blocks for t in runs),
         measured_s=sum(t.measured_s for t in runs),
     )
     return own_memory(merged, runs)  # memory from a run read alone (engine/verdict/memory.py)
-
-
-def _mean(values: list[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return sum(known) / len(known) if known else None

@@ -9,13 +9,14 @@ first trial into an error), "info" otherwise.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from loadertop.core.engine.wording import mb, seconds
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Checked
 from loadertop.core.model.results import PreflightCheck, TrialResult
+from loadertop.core.model.stats import median_of
 
 MB = 1024 * 1024
 # The parent pickles the dataset once per spawn/forkserver worker, one after another, before the first batch: above
@@ -147,14 +148,9 @@ def first_batch_points(trials: Sequence[TrialResult], method: str | None = None)
     return Points(
         {n: statistics.median(t.first_batch_s or 0.0 for t in ts) for n, ts in sorted(best.items())},
         statistics.median(t.first_batch_s or 0.0 for t in zero) if zero else None,
-        {n: _median(t.workers_start_s for t in ts) for n, ts in sorted(best.items())},
+        {n: median_of(t.workers_start_s for t in ts) for n, ts in sorted(best.items())},
         min(1.0, statistics.median(shares)) if shares else None,
     )
-
-
-def _median(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return statistics.median(known) if known else None
 
 
 @dataclass(frozen=True)
