@@ -271,6 +271,44 @@ def test_a_trusted_fit_past_its_peak_stops_the_climb():
 
 
 @pytest.mark.unit
+def test_a_rung_read_low_below_two_faster_rungs_is_left_out_of_the_fit():
+    # Seen in CI on the real contended curve (peak at 20 workers): 16 workers read 536 samples/s on a busy machine,
+    # below 8 (614) and 32 (783). The fit over that dip put the peak at N*=36, and the climb went on to 36 and 42.
+    def contended(config: TrialConfig, run: int) -> dict[str, Any]:
+        n = config.num_workers
+        x = 90.0 if n == 0 else 96.0 * n / (1 + 0.02 * (n - 1) + 0.00245 * n * (n - 1))
+        if n == 16 and run == 0:
+            return {"samples_per_s": 536.0, "stable": False, "spread": 0.12, "blocks": 2}
+        return {"samples_per_s": x, "cpu_percent": 40.0}
+
+    planner = AdaptivePlanner(settings(workers=tuple(range(65))))
+    trials = drive(planner, contended)
+    counts = workers(trials)
+    assert counts[:7] == [0, 1, 2, 4, 8, 16, 32] and max(counts) == 32, planner.trace  # nothing above 32
+    dip = [s.message for s in planner.trace if "the USL fit leaves it out" in s.message]
+    assert dip == [
+        "16 workers (536 samples/s) is slower than both 8 workers (601) and 32 workers (758) beyond the noise: a "
+        "throughput curve has one peak, so that run was noise; the USL fit leaves it out"
+    ]
+    stop = next(s for s in planner.trace if s.phase == "stop")
+    assert "puts the peak at N*=20" in stop.message and "5 rungs" in stop.message, stop  # 1, 2, 4, 8 and 32
+    _, rec = analyze(trials, planner.settings, machine())
+    assert rec is not None and 13 <= rec.config.num_workers <= 32  # the peak region (≥ 0.9 of the peak's rate)
+
+
+@pytest.mark.unit
+def test_a_rung_below_a_faster_one_but_not_above_a_slower_one_stays_in_the_fit():
+    # Past the peak a curve falls: 16 below 8 with nothing faster above it is the fall, not a dip.
+    def falls(config: TrialConfig, run: int) -> float:
+        n = config.num_workers
+        return 90.0 if n == 0 else 100.0 * n / (1 + 0.02 * (n - 1) + 0.02 * n * (n - 1))
+
+    planner = AdaptivePlanner(settings(workers=tuple(range(65))))
+    drive(planner, falls)
+    assert not any("leaves it out" in s.message for s in planner.trace)
+
+
+@pytest.mark.unit
 def test_a_peak_between_the_best_rung_and_a_slower_one_above_is_found():
     # The image pipeline on 2 cores, as measured: 2 workers 386/s, 3 workers 404/s, 4 workers 345/s. The ladder
     # 0, 1, 2, 4 skips 3; 4 is slower beyond the noise, so the peak lies between 2 and 4.

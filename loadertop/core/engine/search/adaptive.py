@@ -72,6 +72,7 @@ class AdaptivePlanner:
         self._fitted: tuple[tuple[int, float], ...] | None = None
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
         self._told: int | None = None  # the rung whose patient note already said how its trial ended
+        self._dips_told: set[TrialConfig] = set()  # dips the fit leaves out, noted once each (_dips)
         self._decision: tuple[float | None, float | None] = (None, None)
         self._fits: int | None = None  # the most workers the memory budget allows, once a rung has told
         self._keep = False  # in the finalists' head-to-head: their trials keep their workers between runs
@@ -388,10 +389,36 @@ class AdaptivePlanner:
         return sorted(merge_repeats(ok), key=lambda t: t.config.num_workers)
 
     def _fit(self) -> UslFit | None:
-        points = tuple((t.config.num_workers, sps(t)) for t in self._curve() if t.config.num_workers >= 1)
+        curve = [t for t in self._curve() if t.config.num_workers >= 1]
+        dips = self._dips(curve)
+        points = tuple((t.config.num_workers, sps(t)) for t in curve if t not in dips)
         if points != self._fitted:  # the same points give the same fit: asked several times per trial
             self._fitted, self.usl = points, fit_usl([n for n, _ in points], [x for _, x in points])
         return self.usl
+
+    def _dips(self, curve: list[TrialResult]) -> list[TrialResult]:
+        """Rungs slower than a rung below them and a rung above them, each beyond the noise band. A throughput curve
+        has one peak (more workers gain, then contend), so a dip is a noisy run (a busy machine, a slow start): left
+        in, one read low bends the USL fit's peak past the rungs that beat it (seen in CI: 16 workers read 536
+        samples/s between 8 at 614 and 32 at 783, and the fit sent the climb on to 36 and 42 workers, the peak being
+        at 20). The fit leaves dips out; the curve keeps them. Noted once each."""
+        dips = []
+        for i, r in enumerate(curve[1:-1], start=1):
+            left = max(curve[:i], key=sps)
+            right = max(curve[i + 1 :], key=sps)
+            if all(sps(r) * (1.0 + noise_band(self.tol, r, o)) < sps(o) for o in (left, right)):
+                dips.append(r)
+                if r.config not in self._dips_told:
+                    self._dips_told.add(r.config)
+                    self._note(
+                        "climb",
+                        f"{workers(r.config.num_workers)} ({sps(r):.0f} samples/s) is slower than both "
+                        f"{workers(left.config.num_workers)} ({sps(left):.0f}) and {workers(right.config.num_workers)} "
+                        f"({sps(right):.0f}) beyond the noise: a throughput curve has one peak, so that run was "
+                        "noise; the USL fit leaves it out",
+                        r.config.label(),
+                    )
+        return dips
 
     def _flat(self) -> str:
         curve = self._curve()
