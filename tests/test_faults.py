@@ -94,6 +94,38 @@ def test_a_dead_worker_is_described_by_its_signal_or_else_by_torchs_own_line_nev
     assert describe(_exited(queue.Empty())) == "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"
 
 
+class _DiesAt5:
+    def __len__(self) -> int:
+        return 64
+
+    def __getitem__(self, index: int) -> int:
+        if index == 5:
+            os.kill(os.getpid(), signal.SIGBUS)
+        return index
+
+
+def test_a_worker_found_dead_by_torchs_poll_is_described_by_its_signal_all_the_same() -> None:
+    # CI: a worker killed by SIGBUS was found dead by torch's poll before its SIGCHLD handler ran, and the trial
+    # said "exited unexpectedly" where the same death had said "is killed by signal: Bus error" the run before.
+    # Here the handler never runs (SIGCHLD back to its default once the workers are up), so the poll finds it.
+    from torch.utils.data import DataLoader
+
+    from loadertop.core.trial.crashes import describe
+
+    loader = DataLoader(_DiesAt5(), batch_size=4, num_workers=1, timeout=1.0)  # type: ignore[arg-type]
+    before = signal.getsignal(signal.SIGCHLD)
+    it = iter(loader)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    try:
+        with pytest.raises(RuntimeError, match=r"exited unexpectedly") as raised:
+            list(it)
+    finally:
+        signal.signal(signal.SIGCHLD, before)
+    assert re.fullmatch(
+        r"RuntimeError: DataLoader worker \(pid \d+\) is killed by signal: Bus error\.", describe(raised.value)
+    ), describe(raised.value)
+
+
 def test_a_hung_trial_is_killed_after_the_timeout_and_says_what_it_last_did(runs: Path) -> None:
     # Workers hang at sample 100, after the first batch; the 0-worker trial after it is fine.
     result = run_sweep(runs, "hanging", [W2, W0], args={"after": "100", "where": "worker"}, trial_timeout=2.0)

@@ -9,11 +9,13 @@ any traceback, so `note_indices` gives the dataset's class a thin subclass whose
 from __future__ import annotations
 
 import re
+import signal
 from typing import Any
 
 NOTE = "loadertop: sample index "
 _WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)\.")
 _SUBCLASSES: dict[type[Any], type[Any]] = {}
+_EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 
 
 def _add_note(exc: BaseException, where: str) -> None:
@@ -79,7 +81,10 @@ def describe(exc: BaseException) -> str:
     if cause is not None and "exited unexpectedly" in text and "killed by signal" in str(cause):
         return describe(cause)  # torch's SIGCHLD handler said how the worker died ("killed by signal: ...")
     # Otherwise the cause is the queue.Empty of torch's poll that found the worker dead before the handler ran (a
-    # busy machine): torch's own "exited unexpectedly" is the truth then, not "Empty".
+    # busy machine): torch's own "exited unexpectedly" is the truth then, not "Empty", and the worker's exit code
+    # says how, in the handler's words, so that the same death reads the same whichever noticed it first.
+    if (dead := _EXITED.search(text)) is not None and (how := _how_workers_died(exc, dead.group(1))) is not None:
+        return how
     notes = [str(n) for n in getattr(exc, "__notes__", ())]
     worker = _WORKER.match(text)
     if worker and "Original Traceback" in text:
@@ -91,6 +96,28 @@ def describe(exc: BaseException) -> str:
     head = " ".join(head.split())
     index = [n.removeprefix("loadertop: ") for n in notes if n.startswith(NOTE)]
     return f"{head} ({index[0]})" if index else head
+
+
+def _how_workers_died(exc: BaseException, pids_text: str) -> str | None:
+    """torch's SIGCHLD handler's words ("DataLoader worker (pid 7) is killed by signal: Bus error.") for workers
+    that torch's poll found dead, from their exit codes: the DataLoader's iterator is `self` in the frame that
+    raised. None when the iterator or a worker's exit code cannot be found."""
+    pids = {int(p) for p in pids_text.replace(",", " ").split()}
+    tb, processes = exc.__traceback__, None
+    while tb is not None and processes is None:
+        owner = tb.tb_frame.f_locals.get("self")
+        processes = getattr(owner, "_workers", None) if owner is not None else None
+        tb = tb.tb_next
+    codes = {w.pid: w.exitcode for w in processes or () if getattr(w, "pid", None) in pids}
+    if set(codes) != pids or any(code is None for code in codes.values()):
+        return None
+    told = []
+    for pid, code in sorted(codes.items()):
+        if code is not None and code < 0:
+            told.append(f"DataLoader worker (pid {pid}) is killed by signal: {signal.strsignal(-code) or -code}.")
+        else:
+            told.append(f"DataLoader worker (pid {pid}) exited with code {code}.")
+    return f"{type(exc).__name__}: {' '.join(told)}"
 
 
 def _last_exception(traceback_text: str) -> tuple[str, list[str]]:
