@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from loadertop.core.engine.verdict.band import Noise, choose_merged, finished, merge_repeats
+from loadertop.core.engine.verdict.band import SURE, Noise, choose_merged, finished, merge_repeats
 from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
@@ -151,10 +151,19 @@ def _cheaper_holds(a: TrialResult, diff: float, se: float, band: float) -> str:
 
 def _undecided(a: TrialResult, b: TrialResult, noise: Noise) -> str:
     diff = sps(a) / sps(b) - 1.0 if sps(b) else 0.0
-    band = noise.band(a, b)
-    side = "within" if diff >= -band else "outside"
-    head = _head(a, b, diff, noise.stderr(a, b), noise)
-    return f"{head}: undecided at the repeat cap, a close call; the means decide ({side} the {pct(band)} band)"
+    band, se = noise.band(a, b), noise.stderr(a, b)
+    head = _head(a, b, diff, se, noise)
+    # The choice takes the cheaper one only when it is surely within the band (band.choose): say which way that goes
+    if noise.surely_within(a, b):
+        side = f"within the {pct(band)} band by more than {SURE:g} standard error: the cheaper one holds"
+    elif diff >= -band:
+        side = (
+            f"inside the {pct(band)} band, but not by {SURE:g} standard error, {pct(SURE * se)}: the cheaper one "
+            "is not surely within it"
+        )
+    else:
+        side = f"outside the {pct(band)} band"
+    return f"{head}: undecided at the repeat cap, a close call; the means decide: {side}"
 
 
 def _head(a: TrialResult, b: TrialResult, diff: float, se: float, noise: Noise) -> str:
