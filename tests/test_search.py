@@ -297,15 +297,19 @@ def test_a_rung_read_low_below_two_faster_rungs_is_left_out_of_the_fit():
 
 
 @pytest.mark.unit
-def test_a_rung_below_a_faster_one_but_not_above_a_slower_one_stays_in_the_fit():
-    # Past the peak a curve falls: 16 below 8 with nothing faster above it is the fall, not a dip.
-    def falls(config: TrialConfig, run: int) -> float:
-        n = config.num_workers
-        return 90.0 if n == 0 else 100.0 * n / (1 + 0.02 * (n - 1) + 0.02 * n * (n - 1))
-
+def test_the_fall_after_a_peak_is_not_a_dip_and_a_rung_below_both_sides_is():
+    # Past the peak a curve falls: 12 below 8 is the fall, not a dip, when nothing above 12 is faster than it.
     planner = AdaptivePlanner(settings(workers=tuple(range(65))))
-    drive(planner, falls)
-    assert not any("leaves it out" in s.message for s in planner.trace)
+    falling = {1: 100.0, 2: 190.0, 4: 350.0, 8: 500.0, 12: 430.0, 16: 380.0}
+    curve = [
+        TrialResult(i, planner._at(n), "ok", samples_per_s=x, spread=0.02) for i, (n, x) in enumerate(falling.items())
+    ]
+    assert planner._dips(curve) == []
+    dipped = {**falling, 12: 300.0, 16: 520.0}  # 12 below 8 and below 16: one peak cannot make that
+    curve = [
+        TrialResult(i, planner._at(n), "ok", samples_per_s=x, spread=0.02) for i, (n, x) in enumerate(dipped.items())
+    ]
+    assert [t.config.num_workers for t in planner._dips(curve)] == [12]
 
 
 @pytest.mark.unit

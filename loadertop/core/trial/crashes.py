@@ -105,15 +105,15 @@ def _how_workers_died(exc: BaseException, pids_text: str) -> str | None:
     pids = {int(p) for p in pids_text.replace(",", " ").split()}
     tb, processes = exc.__traceback__, None
     while tb is not None and processes is None:
-        owner = tb.tb_frame.f_locals.get("self")
-        processes = getattr(owner, "_workers", None) if owner is not None else None
+        found = getattr(tb.tb_frame.f_locals.get("self"), "_workers", None)
+        processes = found if isinstance(found, list) else None
         tb = tb.tb_next
     codes = {w.pid: w.exitcode for w in processes or () if getattr(w, "pid", None) in pids}
     if set(codes) != pids or any(code is None for code in codes.values()):
         return None
     told = []
     for pid, code in sorted(codes.items()):
-        if code is not None and code < 0:
+        if code < 0:
             told.append(f"DataLoader worker (pid {pid}) is killed by signal: {signal.strsignal(-code) or -code}.")
         else:
             told.append(f"DataLoader worker (pid {pid}) exited with code {code}.")
