@@ -54,8 +54,21 @@ def wait_sock(jobs: Path, pid: int, limit: float = 90) -> None:
 
 def tmux_attach(session: str, pid: int, env: dict[str, str], wait_s: float) -> str:
     exports = f"LOADERTOP_JOBS_DIR={env['LOADERTOP_JOBS_DIR']} PYTHONPATH={ROOT}"
-    subprocess.run(["tmux", "new", "-d", "-s", session, "-x", "120", "-y", "40",
-                    f"env {exports} {LOADERTOP} attach {pid} --interval 1"], check=True)
+    subprocess.run(
+        [
+            "tmux",
+            "new",
+            "-d",
+            "-s",
+            session,
+            "-x",
+            "120",
+            "-y",
+            "40",
+            f"env {exports} {LOADERTOP} attach {pid} --interval 1",
+        ],
+        check=True,
+    )
     time.sleep(wait_s)
     pane = subprocess.run(["tmux", "capture-pane", "-p", "-t", session], capture_output=True, text=True).stdout
     subprocess.run(["tmux", "kill-session", "-t", session], check=False)
@@ -72,8 +85,17 @@ def torchrun(tmp: Path, env: dict[str, str], jobs: Path) -> None:
     script = tmp / "ranks_job.py"
     script.write_text(RANK_JOB.replace("time.monotonic() + 40", "time.monotonic() + float(sys.argv[2])"))
     stop = tmp / "stop-ranks"
-    argv = [str(Path(PY).with_name("torchrun")), "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-            "--master-port", str(free_port()), str(script), str(stop)]
+    argv = [
+        str(Path(PY).with_name("torchrun")),
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        str(script),
+        str(stop),
+    ]
     shown = f"torchrun --nproc-per-node 2 --master-port {argv[6]} ranks_job.py STOP"
     launcher = subprocess.Popen([*argv, "90"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
@@ -84,15 +106,21 @@ def torchrun(tmp: Path, env: dict[str, str], jobs: Path) -> None:
                                 env=env, capture_output=True, text=True, timeout=7)  # fmt: skip
     except subprocess.TimeoutExpired as expired:
         out = expired.stdout.decode() if isinstance(expired.stdout, bytes) else (expired.stdout or "")
-        section(f"torchrun: `loadertop attach {launcher.pid} --headless` on the launcher's pid (7 s)",
-                f"{shown} &\n$ loadertop attach {launcher.pid} --headless --interval 2", out)
+        section(
+            f"torchrun: `loadertop attach {launcher.pid} --headless` on the launcher's pid (7 s)",
+            f"{shown} &\n$ loadertop attach {launcher.pid} --headless --interval 2",
+            out,
+        )
     else:
         section("torchrun: attach --headless (ended early)", "", attach.stdout + attach.stderr)
     try:
         pane = tmux_attach("lt-ranks", launcher.pid, env, 8)
-        section(f"torchrun: `loadertop attach {launcher.pid}` (the launcher) in tmux 120x40, mid-run",
-                f"tmux new -d -s lt-ranks -x 120 -y 40 'loadertop attach {launcher.pid} --interval 1'; sleep 8; "
-                f"tmux capture-pane -p -t lt-ranks", pane)
+        section(
+            f"torchrun: `loadertop attach {launcher.pid}` (the launcher) in tmux 120x40, mid-run",
+            f"tmux new -d -s lt-ranks -x 120 -y 40 'loadertop attach {launcher.pid} --interval 1'; sleep 8; "
+            f"tmux capture-pane -p -t lt-ranks",
+            pane,
+        )
         port = free_port()
         metrics = subprocess.Popen([PY, "-m", "loadertop", "attach", str(launcher.pid), "--headless", "--interval",
                                     "1", "--openmetrics", f"127.0.0.1:{port}"], env=env, stdout=subprocess.DEVNULL,
@@ -102,18 +130,23 @@ def torchrun(tmp: Path, env: dict[str, str], jobs: Path) -> None:
         metrics.terminate()
         metrics.wait(10)
         wanted = ("samples_per_second", "stall_fraction", "data_wait_seconds", "rank_slowest", "loadertop_workers")
-        section("torchrun: `curl /metrics` from `attach LAUNCHER --openmetrics` (the per-rank families)",
-                f"loadertop attach {launcher.pid} --headless --openmetrics 127.0.0.1:{port} &\n$ sleep 6; "
-                f"curl -s 127.0.0.1:{port}/metrics | grep -E 'samples_per_second|stall|data_wait|slowest|workers'",
-                "\n".join(line for line in body.splitlines() if any(w in line for w in wanted)))
+        section(
+            "torchrun: `curl /metrics` from `attach LAUNCHER --openmetrics` (the per-rank families)",
+            f"loadertop attach {launcher.pid} --headless --openmetrics 127.0.0.1:{port} &\n$ sleep 6; "
+            f"curl -s 127.0.0.1:{port}/metrics | grep -E 'samples_per_second|stall|data_wait|slowest|workers'",
+            "\n".join(line for line in body.splitlines() if any(w in line for w in wanted)),
+        )
     finally:
         stop.touch()
         launcher.wait(60)
     stop.unlink()
     run = subprocess.run([PY, "-m", "loadertop", "run", "--headless", "--interval", "2", "--", *argv, "9"], env=env,
                          capture_output=True, text=True, timeout=120)  # fmt: skip
-    section(f"torchrun: `loadertop run --headless -- torchrun ...` (exit {run.returncode}; the ranks stop after 9 s)",
-            f"loadertop run --headless --interval 2 -- {shown} 9", run.stdout + run.stderr)
+    section(
+        f"torchrun: `loadertop run --headless -- torchrun ...` (exit {run.returncode}; the ranks stop after 9 s)",
+        f"loadertop run --headless --interval 2 -- {shown} 9",
+        run.stdout + run.stderr,
+    )
 
 
 def main() -> None:
@@ -124,8 +157,10 @@ def main() -> None:
     if "--torchrun" in sys.argv:
         torchrun(tmp, env, jobs)
         return
-    frameworks = [("lightning", LIGHTNING_JOB, lambda stop, budget: [str(stop), *budget]),
-                  ("hf", HF_JOB, lambda stop, budget: [str(stop), str(tmp / "hf-out"), *budget])]
+    frameworks = [
+        ("lightning", LIGHTNING_JOB, lambda stop, budget: [str(stop), *budget]),
+        ("hf", HF_JOB, lambda stop, budget: [str(stop), str(tmp / "hf-out"), *budget]),
+    ]
     for name, script, argv in frameworks:
         stop = tmp / f"stop-{name}"
         job = start(name, script, argv(stop, []), tmp, env, long=True)
@@ -133,22 +168,44 @@ def main() -> None:
             wait_sock(jobs, job.pid)
             time.sleep(3)
             pane = tmux_attach(f"lt-{name}", job.pid, env, 10)
-            section(f"{name}: `loadertop attach {job.pid}` in tmux 120x40, mid-run",
-                    f"tmux new -d -s lt-{name} -x 120 -y 40 'loadertop attach {job.pid} --interval 1'; sleep 10; "
-                    f"tmux capture-pane -p -t lt-{name}", pane)
+            section(
+                f"{name}: `loadertop attach {job.pid}` in tmux 120x40, mid-run",
+                f"tmux new -d -s lt-{name} -x 120 -y 40 'loadertop attach {job.pid} --interval 1'; sleep 10; "
+                f"tmux capture-pane -p -t lt-{name}",
+                pane,
+            )
             if name == "lightning":
                 port = free_port()
-                metrics = subprocess.Popen([PY, "-m", "loadertop", "attach", str(job.pid), "--headless",
-                                            "--interval", "1", "--openmetrics", f"127.0.0.1:{port}"],
-                                           env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                metrics = subprocess.Popen(
+                    [
+                        PY,
+                        "-m",
+                        "loadertop",
+                        "attach",
+                        str(job.pid),
+                        "--headless",
+                        "--interval",
+                        "1",
+                        "--openmetrics",
+                        f"127.0.0.1:{port}",
+                    ],
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    text=True,
+                )
                 time.sleep(6)
-                body = subprocess.run(["curl", "-s", f"127.0.0.1:{port}/metrics"], capture_output=True,
-                                      text=True).stdout
+                body = subprocess.run(
+                    ["curl", "-s", f"127.0.0.1:{port}/metrics"], capture_output=True, text=True
+                ).stdout
                 metrics.terminate()
                 lines, _ = metrics.communicate(timeout=10)
-                section("`--openmetrics`: `curl /metrics` from a live attach (Lightning job)",
-                        f"loadertop attach {job.pid} --headless --interval 1 --openmetrics 127.0.0.1:{port} &\n"
-                        f"$ sleep 6; curl -s 127.0.0.1:{port}/metrics", body)
+                section(
+                    "`--openmetrics`: `curl /metrics` from a live attach (Lightning job)",
+                    f"loadertop attach {job.pid} --headless --interval 1 --openmetrics 127.0.0.1:{port} &\n"
+                    f"$ sleep 6; curl -s 127.0.0.1:{port}/metrics",
+                    body,
+                )
                 section("the attach's own lines meanwhile", f"loadertop attach {job.pid} --headless ...", lines)
         finally:
             stop.touch()
@@ -160,12 +217,21 @@ def main() -> None:
         began = time.monotonic()
         tuned = start(f"{name}-tune", script, argv(tmp / "never", ["30"]), tmp, env, long=True)
         out, _ = tuned.communicate(timeout=240)
-        keep = [line for line in out.splitlines()
-                if "loadertop" in line.lower() or line.startswith("{") or "TrainingArguments(" in line]
-        how = ("LoadertopCallback(tune_budget_s=30)" if name == "lightning"
-               else "LoadertopTrainer(..., loadertop_tune_budget_s=30)")
-        section(f"{name}: tuned 30 s with {how} (exit {tuned.returncode}, {time.monotonic() - began:.0f} s)",
-                f"python job_{name}.py STOP{' OUT' if name == 'hf' else ''} 30", "\n".join(keep))
+        keep = [
+            line
+            for line in out.splitlines()
+            if "loadertop" in line.lower() or line.startswith("{") or "TrainingArguments(" in line
+        ]
+        how = (
+            "LoadertopCallback(tune_budget_s=30)"
+            if name == "lightning"
+            else "LoadertopTrainer(..., loadertop_tune_budget_s=30)"
+        )
+        section(
+            f"{name}: tuned 30 s with {how} (exit {tuned.returncode}, {time.monotonic() - began:.0f} s)",
+            f"python job_{name}.py STOP{' OUT' if name == 'hf' else ''} 30",
+            "\n".join(keep),
+        )
     torchrun(tmp, env, jobs)
 
 

@@ -233,8 +233,12 @@ def build_run_parser() -> Parser:
     p.add_argument("--headless", action="store_true", help="no TUI (automatic when stdout is not a terminal)")
     p.add_argument("--interval", type=float, default=2.0, metavar="S", help="seconds between updates (2)")
     p.add_argument("--json", type=Path, metavar="PATH", help="append one JSON object per interval to PATH")
-    p.add_argument("--tune", type=float, metavar="BUDGET_S",
-                   help="tune the first loader the job iterates, in place, for BUDGET_S s (as loadertop.tune)")
+    p.add_argument(
+        "--tune",
+        type=float,
+        metavar="BUDGET_S",
+        help="tune the first loader the job iterates, in place, for BUDGET_S s (as loadertop.tune)",
+    )
     p.add_argument("--openmetrics", metavar="HOST:PORT",
                    help="serve /metrics in the OpenMetrics text format (HOST: 127.0.0.1 if left out)")  # fmt: skip
     p.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")

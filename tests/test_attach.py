@@ -35,7 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = TrialConfig(num_workers=2, batch_size=32)
 
 
-
 @pytest.fixture
 def sleepers() -> Iterator[list[int]]:
     """Two real processes standing in for a watched job's workers."""
@@ -270,7 +269,7 @@ def as_nobody(target: int) -> tuple[int, str]:
             os._exit(0)
     os.close(write)
     with os.fdopen(read) as pipe:
-        code, err = json.loads(pipe.read() or "[1, \"no answer\"]")
+        code, err = json.loads(pipe.read() or '[1, "no answer"]')
     os.waitpid(child, 0)
     return code, err
 

@@ -40,7 +40,6 @@ while time.monotonic() < end:
 """
 
 
-
 def start_job(jobs_root: Path, mode: str, seconds: float) -> subprocess.Popen[bytes]:
     env = {**os.environ, "LOADERTOP_JOBS_DIR": str(jobs_root), "PYTHONPATH": str(ROOT)}
     job = subprocess.Popen([sys.executable, "-c", JOB, mode, str(seconds)], env=env, stderr=subprocess.PIPE)

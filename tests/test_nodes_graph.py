@@ -163,7 +163,7 @@ def test_the_snippet_is_the_swept_nodes_constructors_at_the_chosen_values() -> N
         'ParallelMapper(source, map_fn, num_workers=2, method="process", multiprocessing_context="spawn", '
         "max_concurrent=2, prebatch=16)"
     )
-    assert parse_node('Prefetcher(prefetch_factor=3)') == ("Prefetcher", {"prefetch_factor": "3"})
+    assert parse_node("Prefetcher(prefetch_factor=3)") == ("Prefetcher", {"prefetch_factor": "3"})
 
 
 def run_headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -94,7 +94,6 @@ out.write_text(json.dumps(records))
 """
 
 
-
 def make_images(root: Path, classes: int = 4, per_class: int = 12) -> None:
     rng = np.random.default_rng(0)
     for c in range(classes):

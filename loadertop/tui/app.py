@@ -271,8 +271,15 @@ class LoadertopApp(App[None]):
 
     # ---- actions -------------------------------------------------------------------------------
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: float | None = None, markup: bool = True) -> None:  # App.notify's own parameters
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:  # App.notify's own parameters
         self.messages.append((severity, message))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 

@@ -188,9 +188,11 @@ class Tuner:
             share += " (within noise of its ceiling: more workers cannot make the step faster)"
             reason = reason.replace("; try a wider --workers range", "")
         # The sweep's words for its range and budget are tune's max_workers and budget_s
-        reason = reason.replace("a wider --workers range", "a larger max_workers").replace(
-            "a --workers range", "max_workers"
-        ).replace("(a larger budget)", "(a larger budget_s)")
+        reason = (
+            reason.replace("a wider --workers range", "a larger max_workers")
+            .replace("a --workers range", "max_workers")
+            .replace("(a larger budget)", "(a larger budget_s)")
+        )
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
         if left := self._unmeasured(rec.config):  # the reason's rule held over what was measured, not over all
             why += f"; the budget ended before {left} could be measured (a larger budget_s measures them)"

@@ -111,7 +111,11 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
 
 
 def _threads(
-    dataset: Any, kwargs: dict[str, Any], settings: Settings, config: TrialConfig, where: tuple[int, int],
+    dataset: Any,
+    kwargs: dict[str, Any],
+    settings: Settings,
+    config: TrialConfig,
+    where: tuple[int, int],
     extra: dict[str, Any],
 ) -> Built:
     """Thread workers (trial/nodes_loader.py): map-style datasets only, the same sampler and EpochControl."""

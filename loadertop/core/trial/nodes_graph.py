@@ -72,8 +72,10 @@ def hidden_children(graph: Any) -> list[str]:
             return True
         if isinstance(value, Mapping):
             return any(isinstance(v, BaseNode) for v in value.values())
-        return isinstance(value, Sequence) and not isinstance(value, str | bytes) and any(
-            isinstance(v, BaseNode) for v in value
+        return (
+            isinstance(value, Sequence)
+            and not isinstance(value, str | bytes)
+            and any(isinstance(v, BaseNode) for v in value)
         )
 
     found = []
@@ -124,8 +126,10 @@ def summary(graph: Any, methods: Sequence[str] = (), start_methods: Sequence[str
     if "fork" in start_methods and forks_mappers(graph, methods):
         # torchdata's _ParallelMapperIter starts its reader thread, then the worker processes: forked, each child
         # copies a process whose thread is mid-read. A trial of that hung in 1 loaded run of 8 here.
-        line += ("; process mappers forked: torchdata starts their workers after its reader thread, which can hang "
-                 "them (--start-method forkserver or spawn avoids that)")
+        line += (
+            "; process mappers forked: torchdata starts their workers after its reader thread, which can hang "
+            "them (--start-method forkserver or spawn avoids that)"
+        )
     return line
 
 

@@ -292,8 +292,15 @@ class AttachApp(App[int]):
 
     # ---- actions -------------------------------------------------------------------------------
 
-    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
-               timeout: float | None = None, markup: bool = True) -> None:  # App.notify's own parameters
+    def notify(
+        self,
+        message: str,
+        *,
+        title: str = "",
+        severity: SeverityLevel = "information",
+        timeout: float | None = None,
+        markup: bool = True,
+    ) -> None:  # App.notify's own parameters
         self.messages.append((str(severity), message))
         super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 

@@ -100,8 +100,6 @@ class HelpScreen(ModalScreen[None]):
             rows = self.panes if self.short is None or self.app.size.height >= TALL else self.short
             yield Static(_table(rows), id="help-panes")
             yield Static(
-                Content.styled(
-                    "No key needs Esc, Alt or Ctrl; ? or q closes. More: docs/tui.md", "dim"
-                ),
+                Content.styled("No key needs Esc, Alt or Ctrl; ? or q closes. More: docs/tui.md", "dim"),
                 classes="heading",
             )

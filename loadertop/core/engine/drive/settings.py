@@ -134,7 +134,7 @@ def _methods(opt: Option, flag: str, value: Any) -> tuple[str, ...]:
 
 def _words(opt: Option, flag: str, value: Any) -> tuple[str, ...]:
     out: list[str] = []
-    for part in (value.split(",") if isinstance(value, str) else _items(value)):
+    for part in value.split(",") if isinstance(value, str) else _items(value):
         word = str(part).strip()
         if word not in opt.choices:
             raise UsageError(f"{flag} {value!r}: {word!r} is not one of {', '.join(opt.choices)}")

@@ -68,9 +68,7 @@ class JobRun:
     """The started job. `publisher()` waits for the process of it that publishes (the job itself, or a rank of a
     launcher); `wait()` is its exit code; `tune_snippet()` the `DataLoader(...)` line `--tune` chose."""
 
-    def __init__(
-        self, command: Sequence[str], *, tune_s: float | None = None, output: IO[str] | None = None
-    ) -> None:
+    def __init__(self, command: Sequence[str], *, tune_s: float | None = None, output: IO[str] | None = None) -> None:
         env = job_env(dict(os.environ), tune_s)
         argv = [_executable(command, env), *command[1:]]
         self.command = tuple(command)
