@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
@@ -30,6 +30,7 @@ from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, Swee
 from loadertop.core.model.results import SweepResult, TrialResult
 from loadertop.tui import layout, outputs, ranges
 from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
+from loadertop.tui.noting import NotingApp
 from loadertop.tui.state import SweepState
 from loadertop.tui.sweep_api import SweepFactory, SweepLike, engine_factory
 from loadertop.tui.widgets.gpu import GpuPane
@@ -50,7 +51,7 @@ REFRESH_S = 1.0
 LIGHT, DARK = "textual-light", "textual-dark"
 
 
-class LoadertopApp(App[None]):
+class LoadertopApp(NotingApp[None]):
     CSS_PATH = "loadertop.tcss"
     TITLE = "loadertop"
     ENABLE_COMMAND_PALETTE = False
@@ -270,18 +271,6 @@ class LoadertopApp(App[None]):
             pane.update_view()
 
     # ---- actions -------------------------------------------------------------------------------
-
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None:  # App.notify's own parameters
-        self.messages.append((severity, message))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def _request(self, settings: Settings, only: Sequence[TrialConfig] | None, what: str) -> None:
         """Start a sweep, or, while one runs, cancel it and start this one when it has stopped."""

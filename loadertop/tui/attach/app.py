@@ -15,12 +15,11 @@ from pathlib import Path
 from typing import ClassVar, Protocol, TextIO
 
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.events import Resize
 from textual.message import Message
-from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Static
 
 from loadertop.core.model.live import LiveSnapshot
@@ -29,6 +28,7 @@ from loadertop.tui.attach.chart import LiveThroughputChart
 from loadertop.tui.attach.picker import JobLister, PickerScreen
 from loadertop.tui.attach.state import LiveState, SessionInfo
 from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
+from loadertop.tui.noting import NotingApp
 from loadertop.tui.widgets.help import HelpScreen
 from loadertop.tui.widgets.pane import Pane
 
@@ -116,7 +116,7 @@ class StreamEnded(Message):
         self.generation = generation
 
 
-class AttachApp(App[int]):
+class AttachApp(NotingApp[int]):
     CSS_PATH: ClassVar = [TUI_DIR / "loadertop.tcss", Path(__file__).resolve().parent / "attach.tcss"]
     TITLE = "loadertop attach"
     ENABLE_COMMAND_PALETTE = False
@@ -291,18 +291,6 @@ class AttachApp(App[int]):
             pane.update_view()
 
     # ---- actions -------------------------------------------------------------------------------
-
-    def notify(
-        self,
-        message: str,
-        *,
-        title: str = "",
-        severity: SeverityLevel = "information",
-        timeout: float | None = None,
-        markup: bool = True,
-    ) -> None:  # App.notify's own parameters
-        self.messages.append((str(severity), message))
-        super().notify(message, title=title, severity=severity, timeout=timeout, markup=markup)
 
     def action_pick(self, error: str | None = None) -> None:
         """Detach (the last view stays underneath) and show the job list; enter attaches to the chosen job."""
