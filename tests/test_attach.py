@@ -55,7 +55,8 @@ def fake(jobs_root: Path) -> Iterator[FakeJob]:
 def steps(job: FakeJob, batches: int = 10, wait_s: float = 0.1, step_s: float = 0.3, epoch: int = 0) -> JobSteps:
     return JobSteps(
         t=job.now(), span_s=0.2, loader=0, epoch=epoch, batches=batches, samples=batches * 32, wait_s=wait_s,
-        step_s=step_s, wait_ms_p50=5.0, wait_ms_p95=20.0, wait_ms_max=30.0,
+        step_s=step_s, wait_ms_p50=7.5, wait_ms_p95=20.0, wait_ms_max=20.0,
+        waits_ms=(7.5,) * (batches - 2) + (20.0, 20.0),
     )  # fmt: skip
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from loadertop.core.machine.gpu import MB, GpuProbe
+from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.events import GpuSample
+from loadertop.core.model.figures import MB
 from loadertop.core.model.results import GpuInfo
 
 pytestmark = pytest.mark.unit

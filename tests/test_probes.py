@@ -16,9 +16,10 @@ from typing import Any
 import psutil
 import pytest
 
-from loadertop.core.machine.gpu import MB, GpuProbe
+from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.probes import Probes, summarize_window
 from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
+from loadertop.core.model.figures import MB
 
 # A child that holds `mb` MB of private, touched memory and sleeps until killed.
 CHILD = """

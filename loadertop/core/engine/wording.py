@@ -5,9 +5,9 @@ everywhere and samples/s reads the same in the table, the panes and the reasons.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 
+from loadertop.core.model.figures import mean_of
 from loadertop.core.model.results import TrialResult
 
 
@@ -55,7 +55,7 @@ def percent(value: float | None) -> str:
 def utilization(now: float | None, values: Sequence[float], *, scale: float = 1.0) -> str:
     """A utilization now, then its mean and peak over `values` (scaled by `scale` into percent), fixed width:
     ' 78% avg  80% max  91%'; NONE where nothing was read."""
-    mean = statistics.fmean(values) * scale if values else None
+    mean = (mean_of(values) or 0.0) * scale if values else None
     peak = max(values) * scale if values else None
     now = None if now is None else now * scale
     return f"{percent(now):>4} avg {percent(mean):>4} max {percent(peak):>4}"

@@ -145,9 +145,9 @@ class Publisher:
             while not self._fanout.flush_all() and time.monotonic() < deadline:
                 self._fanout.poll(0.05)
         except Exception as exc:
-            self.failed = True
             _log_once(f"the publisher thread failed ({type(exc).__name__}: {exc}); watching stops")
             self._release()
+            self.failed = True  # only now: whoever sees it not alive finds its folder gone too
 
     def _welcome(self) -> None:
         for viewer in self._fanout.joined:

@@ -11,19 +11,18 @@ off the switch's buffer, is dropped (at 10 workers on 2 CPUs it read 2× what th
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from dataclasses import dataclass, field
 
 import psutil
 
+from loadertop.core.model import figures
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 
 MIN_BATCHES = 6  # fewer measured batches say nothing about a configuration
 MAX_BATCHES = 400  # enough batches: stop even before the span is reached (fast steps)
-BLOCKS = 6  # the measured span splits into this many blocks for the spread
-MB = 1024.0 * 1024.0
+BLOCK_S = 0.3  # the measured span is cut into blocks of at least this long for the spread, as a trial's are
 
 
 @dataclass
@@ -96,25 +95,28 @@ class Meter:
         if not self.done(span_s / 2) or total <= 0:
             error = f"cut by the budget after {self.batches} batches ({total:.1f} s): too little to compare"
             return TrialResult(index, self.config, "failed", error=error, first_batch_s=self.first_batch_s)
-        spread = _spread(self.waits, self.steps, self.samples, set(self.boundaries))
-        waits_ms = sorted(w * 1000.0 for w in self.waits)
+        blocks = figures.blocks_of(self.waits, self.steps, self.samples, BLOCK_S)
+        run = figures.run_figures(blocks, self.waits)  # the stopwatch's: every batch, each boundary included
+        steady = _steady(self.waits, self.steps, self.samples, set(self.boundaries))
+        spread = steady.spread if steady is not None else None
+        tails = steady.tails if steady is not None else None
         uss, pss = _memory(self.pids)
         return TrialResult(
             index=index,
             config=self.config,
             status="ok",
-            samples_per_s=sum(self.samples) / total,
-            batches_per_s=self.batches / total,
+            samples_per_s=run.samples_per_s,
+            batches_per_s=run.batches_per_s,
             spread=spread,
             first_batch_s=self.first_batch_s,
-            stall_fraction=sum(self.waits) / total,
-            blocks=min(BLOCKS, self.batches),
+            stall_fraction=run.stall_fraction,
+            blocks=len(blocks),
             measured_s=total,
             warmup_batches=self.skipped,
             stable=spread is not None and spread <= target_spread,
-            wait_ms_p50=_quantile(waits_ms, 0.50),
-            wait_ms_p95=_quantile(waits_ms, 0.95),
-            wait_ms_p99=_quantile(waits_ms, 0.99),
+            wait_ms_p50=tails.p50 if tails else None,
+            wait_ms_p95=tails.p95 if tails else None,
+            wait_ms_p99=tails.p99 if tails else None,
             reason="measured by the training step",
             cpu_percent=self._cpu_percent(),
             worker_uss_mb=uss,
@@ -146,39 +148,19 @@ def _memory(pids: tuple[int, ...]) -> tuple[tuple[float, ...], float | None]:
     except (psutil.Error, OSError, AttributeError):
         return (), None
     pss = [getattr(info, "pss", None) for info in infos]
-    total = sum(p for p in pss if p is not None) / MB if all(p is not None for p in pss) else None
-    return tuple(info.uss / MB for info in infos[1:]), total
+    total = sum(p for p in pss if p is not None) / figures.MB if all(p is not None for p in pss) else None
+    return tuple(info.uss / figures.MB for info in infos[1:]), total
 
 
-def _spread(waits: list[float], steps: list[float], samples: list[int], boundaries: set[int]) -> float | None:
-    """IQR / median of block throughput (max − min over the median with fewer than 4 blocks), without each epoch's
-    first batch: its wait is the boundary (workers started again), a cost every epoch pays that the mean keeps, but
-    in the one block it falls in it read as noise (±23-30% on issue 18's I/O-bound case: a 15% band that let 8
-    workers stand for 11, 14% slower)."""
+def _steady(
+    waits: list[float], steps: list[float], samples: list[int], boundaries: set[int]
+) -> figures.RunFigures | None:
+    """The span's figures without each epoch's first batch, for its spread and tails (its blocks cut as a trial
+    cuts them): its wait is the boundary (workers started again), a cost every epoch pays
+    that the throughput keeps, but in the one block it falls in it read as noise (±23-30% on an I/O-bound case: a
+    15% band that let 8 workers stand for 11, 14% slower)."""
     kept = [i for i in range(len(waits)) if i not in boundaries]
-    waits, steps, samples = [waits[i] for i in kept], [steps[i] for i in kept], [samples[i] for i in kept]
-    n = len(waits)
-    blocks = min(BLOCKS, n // 2)
-    if blocks < 2:
+    blocks = figures.blocks_of([waits[i] for i in kept], [steps[i] for i in kept], [samples[i] for i in kept], BLOCK_S)
+    if not blocks:
         return None
-    rates = []
-    for b in range(blocks):
-        lo, hi = b * n // blocks, (b + 1) * n // blocks
-        seconds = sum(waits[lo:hi]) + sum(steps[lo:hi])
-        if seconds > 0:
-            rates.append(sum(samples[lo:hi]) / seconds)
-    if len(rates) < 2:
-        return None
-    mid = statistics.median(rates)
-    if mid <= 0:
-        return None
-    if len(rates) >= 4:
-        q = statistics.quantiles(rates, n=4)
-        return (q[2] - q[0]) / mid
-    return (max(rates) - min(rates)) / mid
-
-
-def _quantile(sorted_values: list[float], q: float) -> float | None:
-    if not sorted_values:
-        return None
-    return sorted_values[min(len(sorted_values) - 1, int(q * len(sorted_values)))]
+    return figures.run_figures(blocks, [waits[i] for i in kept])

@@ -10,7 +10,6 @@ LOADERTOP_WATCH=0, or it failed and logged why), watch() is plain iteration.
 from __future__ import annotations
 
 import contextlib
-import math
 import multiprocessing
 import threading
 import weakref
@@ -21,10 +20,12 @@ from time import perf_counter
 from typing import Any
 
 from loadertop.core.job.publisher import Publisher, publisher
+from loadertop.core.model import figures
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobEpoch, JobSteps, JobWorkers, LiveMessage
 
 STEP_BUFFER = 65_536  # step records kept between two drains (0.5 s); beyond it the oldest are dropped
+WAITS_SENT = 512  # waits one JobSteps carries at most (live_protocol.JobSteps.waits_ms)
 
 
 class StepRecorder:
@@ -138,25 +139,38 @@ class _Aggregate:
             self.last_t = t
             return
         span = t - self.last_t if self.last_t is not None else 0.0
-        p50, p95, p99, top = _wait_stats(self.waits)
-        epoch = max(self.epoch, 0)
-        sums = (self.batches, self.samples, self.wait_s, self.step_s)
-        out.append(JobSteps(t, max(0.0, span), loader, epoch, *sums, p50, p95, top, self.dropped, p99))
+        tails = figures.wait_tails(self.waits)
+        out.append(
+            JobSteps(
+                t=t,
+                span_s=max(0.0, span),
+                loader=loader,
+                epoch=max(self.epoch, 0),
+                batches=self.batches,
+                samples=self.samples,
+                wait_s=self.wait_s,
+                step_s=self.step_s,
+                wait_ms_p50=tails.p50 if tails else None,
+                wait_ms_p95=tails.p95 if tails else None,
+                wait_ms_p99=tails.p99 if tails else None,
+                wait_ms_max=max(self.waits) * 1e3 if self.waits else None,
+                dropped=self.dropped,
+                waits_ms=_sent(self.waits),
+            )
+        )
         self.last_t = t
         self.dropped = 0
         self._reset()
 
 
-def _wait_stats(waits: list[float]) -> tuple[float | None, float | None, float | None, float | None]:
-    """p50, p95, p99 and the longest wait (ms)."""
-    if not waits:
-        return None, None, None, None
+def _sent(waits: list[float]) -> tuple[float, ...]:
+    """A span's waits as JobSteps carries them, in ms rounded to the µs: all of them up to WAITS_SENT, else that
+    many evenly spaced order statistics (what the viewer's quantiles need, at a bounded size)."""
+    if len(waits) <= WAITS_SENT:
+        return tuple(round(w * 1e3, 3) for w in waits)
     ordered = sorted(waits)
-
-    def rank(q: float) -> float:  # nearest rank
-        return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))] * 1000
-
-    return rank(0.5), rank(0.95), rank(0.99), ordered[-1] * 1000
+    last = len(ordered) - 1
+    return tuple(round(ordered[round(i * last / (WAITS_SENT - 1))] * 1e3, 3) for i in range(WAITS_SENT))
 
 
 # -- reading a loader ----------------------------------------------------------------------------------------------

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING
 
 import psutil
 
+from loadertop.core.model.figures import MB
 from loadertop.core.model.results import MachineInfo
 
 if TYPE_CHECKING:
     from loadertop.core.machine.gpu import GpuProbe
 
-MB = 1024 * 1024
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PROC_SELF_CGROUP = Path("/proc/self/cgroup")
 # LOADERTOP_SHM_PATH: another tmpfs in its place (a test's small one; a job whose shared memory lives elsewhere)

@@ -12,7 +12,6 @@ import psutil
 from loadertop.core.machine.facts import (
     _V1_UNLIMITED_BYTES,
     CGROUP_ROOT,
-    MB,
     PROC_SELF_CGROUP,
     _chain,
     _own_paths,
@@ -21,6 +20,7 @@ from loadertop.core.machine.facts import (
     _v1_dir,
     cgroup_memory_headroom_mb,
 )
+from loadertop.core.model.figures import MB
 
 
 def cgroup_memory_limit_mb(cgroup_root: Path = CGROUP_ROOT, proc_cgroup: Path = PROC_SELF_CGROUP) -> float | None:

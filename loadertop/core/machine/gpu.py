@@ -15,9 +15,8 @@ from types import ModuleType
 from typing import Any
 
 from loadertop.core.model.events import GpuSample
+from loadertop.core.model.figures import MB
 from loadertop.core.model.results import GpuInfo
-
-MB = 1024 * 1024
 
 # NVML error code name -> what to tell the user. Looked up by name so a fake module needs only the ones it uses.
 _REASONS = {

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import psutil
 
-from loadertop.core.machine.facts import MB
 from loadertop.core.machine.free_memory import FreeMemory, cgroup_memory_limit_mb, free_mb
 from loadertop.core.model.config import TrialConfig, UsageError
 from loadertop.core.model.events import ProbeSample
+from loadertop.core.model.figures import MB
 from loadertop.core.model.results import TrialResult
 
 GUARD_PERIOD_S = 0.05  # the watcher's check interval while a trial runs

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import statistics
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +23,6 @@ import psutil
 
 from loadertop.core.machine.facts import (
     CGROUP_ROOT,
-    MB,
     PROC_SELF_CGROUP,
     SHM_PATH,
     cgroup_memory_headroom_mb,
@@ -33,7 +31,7 @@ from loadertop.core.machine.facts import (
 )
 from loadertop.core.machine.gpu import GpuProbe, describe_error
 from loadertop.core.model.events import GpuSample, ProbeSample, WorkerSample
-from loadertop.core.model.stats import mean_of, median_of
+from loadertop.core.model.figures import MB, mean_of, median_of
 
 log = logging.getLogger(__name__)
 
@@ -386,7 +384,7 @@ def summarize_window(samples: Sequence[ProbeSample], worker_pids: Sequence[int])
     return WindowStats(
         samples=len(ordered),
         worker_pids=tuple(known),
-        worker_uss_mb=tuple(statistics.median(uss[pid]) for pid in known),
+        worker_uss_mb=tuple(median_of(uss[pid]) or 0.0 for pid in known),
         total_pss_mb=median_of(s.total_pss_mb for s in whole),
         parked_beside=max((s.beside for s in ordered if s.beside is not None), default=0),
         rss_mb=median_of(s.rss_mb for s in whole),

@@ -75,9 +75,9 @@ class LiveSnapshot:
     notes: tuple[str, ...]  # new since the last snapshot: tune steps, the tune choice, epoch summaries
     ended: str | None = None  # set on the last snapshot: why the view ended ("the job exited")
     leak: str | None = None  # the leak warning (also the first of `warnings`), None while no worker grows
-    wait_ms_p50: float | None = None  # the wait's median (the worst of the job's reports in the interval)
+    wait_ms_p50: float | None = None  # the wait's median over the interval's waits (model/figures.py)
     wait_ms_max: float | None = None  # the longest wait in the interval
-    wait_ms_p99: float | None = None  # the worst of the job's reports in the interval, as the p95
+    wait_ms_p99: float | None = None  # over the interval's waits, as the p95
     wait_ms_mean: float | None = None  # the mean wait for a batch over the interval
     rank: str = "0"  # RANK (else LOCAL_RANK) in the job's environment
     ranks: JobRanks | None = None  # attached to a launcher: every rank (this snapshot is its lowest rank's)

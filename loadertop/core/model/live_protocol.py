@@ -14,7 +14,7 @@ from typing import ClassVar
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.wire import Codec
 
-LIVE_PROTOCOL_VERSION = 1
+LIVE_PROTOCOL_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -54,11 +54,14 @@ class JobSteps:
     samples: int
     wait_s: float  # Σ time blocked in next()
     step_s: float  # Σ time from a batch handed out to the next next() call (the training step)
-    wait_ms_p50: float | None
+    wait_ms_p50: float | None  # the span's tails (model/figures.py: wait_tails)
     wait_ms_p95: float | None
     wait_ms_max: float | None
     dropped: int = 0  # step records lost because the bounded buffer was full
-    wait_ms_p99: float | None = None  # (older jobs do not send it)
+    wait_ms_p99: float | None = None
+    # The span's waits in ms, in order (every one up to WAITS_SENT; beyond, that many evenly spaced order
+    # statistics): a viewer's tails over several spans are read off these (Interval.wait_tails), not off their tails
+    waits_ms: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -191,7 +191,9 @@ class Finished:
     # stopped before settling: its blocks all lay beyond an edge of the decision it was measured for (TrialRequest)
     decided: bool = False
     warm: bool = False  # measured on workers parked after an earlier run of the configuration: no start-up paid
-    epoch_batches: int | None = None  # set when blocks were whole epochs
+    epoch_batches: int | None = None  # the loader's length, when it has one
+    # the blocks were whole epochs, boundaries in them; else the driver adds one boundary an epoch (figures.per_epoch)
+    whole_epochs: bool = False
     epoch_restart_s: float | None = None  # an epoch boundary crossed while measuring; Epoch may follow with one
     warnings: tuple[str, ...] = ()
     ranks: int = 1

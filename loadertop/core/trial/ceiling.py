@@ -6,7 +6,6 @@ Runs in a process the runner forks, like a trial; imports torch.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
@@ -84,7 +83,7 @@ def _what(consumer: Any, settings: Settings) -> str:
 
 def _steps_per_s(consumer: Callable[[Any], None], batch: Any, budget_s: float) -> tuple[float, float]:
     """Median steps/s over blocks of at least MIN_BLOCK_S, and their spread (IQR/median)."""
-    from loadertop.core.trial.measure import spread
+    from loadertop.core.model.figures import median_of, spread
 
     consumer(batch)  # the first step pays for allocations and CUDA warm-up
     rates: list[float] = []
@@ -99,4 +98,4 @@ def _steps_per_s(consumer: Callable[[Any], None], batch: Any, budget_s: float) -
             if elapsed >= MIN_BLOCK_S and steps >= 2:
                 break
         rates.append(steps / elapsed)
-    return statistics.median(rates), spread(rates)
+    return median_of(rates) or 0.0, spread(rates) or 0.0

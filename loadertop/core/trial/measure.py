@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import random
 import signal
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from loadertop.core.model import figures
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Block, Emit, Finished, Measuring
 from loadertop.core.trial.loader import EpochControl
@@ -22,15 +22,6 @@ from loadertop.core.trial.sharding import ShardCheck, batch_rows
 
 # Blocks in a row that must all lie beyond an edge of the trial's decision before it stops early (MeasuredLoop.decide)
 DECIDE_BLOCKS = 3
-
-
-def spread(rates: list[float]) -> float:
-    """IQR / median: robust to the odd slow block (a GC pause, a page-cache miss)."""
-    if len(rates) < 2:
-        return 0.0
-    q1, _, q3 = statistics.quantiles(rates, n=4, method="inclusive")
-    median = statistics.median(rates)
-    return (q3 - q1) / median if median > 0 else 0.0
 
 
 def warmup_batches(config: TrialConfig, skip: bool) -> int:
@@ -69,13 +60,9 @@ class _ThawFlag:
 
 @dataclass(frozen=True)
 class _Timed:
-    """One block: batches timed together."""
+    """One block as the loop timed it: its figures, its waits, and what it crossed."""
 
-    batches: int
-    samples: int
-    wait: float  # blocked in next(): the loader kept the consumer waiting (a stall)
-    step: float  # in the consumer
-    seconds: float
+    block: figures.Block
     waits: tuple[float, ...] = ()  # each batch's wait in next(), s; the first batch after an epoch boundary left out
     first_boundary: bool = False  # crossed the trial's first epoch boundary: the blocks start over, whole epochs
     cut: bool = False  # out of time mid-epoch: not a whole epoch, not counted
@@ -103,36 +90,29 @@ class _Waits:
             elif (j := self.rng.randrange(self.seen)) < WAIT_SAMPLE:
                 self.kept[j] = (block, w)
 
-    def tails_ms(self, from_block: int) -> tuple[float, float, float] | None:
-        """p50, p95, p99 in ms of the waits of blocks `from_block` on; None without two waits."""
-        waits = [w for b, w in self.kept if b >= from_block]
-        if len(waits) < 2:
-            return None
-        q = statistics.quantiles(waits, n=100, method="inclusive")
-        return q[49] * 1e3, q[94] * 1e3, q[98] * 1e3
+    def of(self, from_block: int) -> list[float]:
+        """The waits kept of blocks `from_block` on (s)."""
+        return [w for b, w in self.kept if b >= from_block]
 
 
 @dataclass
 class _Tally:
-    """The clean blocks so far and their totals."""
+    """The clean blocks so far, and their waits."""
 
-    rates: list[float] = field(default_factory=list)  # batches/s of each block
-    wait: float = 0.0
-    step: float = 0.0
-    batches: int = 0
-    samples: int = 0
+    blocks: list[figures.Block] = field(default_factory=list)
     waits: _Waits = field(default_factory=_Waits)
 
-    def add(self, block: _Timed) -> None:
-        self.waits.add(len(self.rates), block.waits)
-        self.rates.append(block.batches / block.seconds)
-        self.wait += block.wait
-        self.step += block.step
-        self.batches += block.batches
-        self.samples += block.samples
+    def add(self, timed: _Timed) -> None:
+        self.waits.add(len(self.blocks), timed.waits)
+        self.blocks.append(timed.block)
 
-    def stall_fraction(self) -> float:
-        return self.wait / max(self.wait + self.step, 1e-12)
+    @property
+    def rates(self) -> list[float]:
+        """samples/s of each block."""
+        return [b.samples_per_s for b in self.blocks]
+
+    def figures(self, from_block: int = 0) -> figures.RunFigures:
+        return figures.run_figures(self.blocks[from_block:], self.waits.of(from_block))
 
 
 class MeasuredLoop:
@@ -263,13 +243,13 @@ class MeasuredLoop:
                 emit(Measuring())
                 opening = False
             tainted, opening, align = self.thaw.take() or align, align, False
-            block = self._time_block(whole_epochs, bool(tally.rates))
+            block = self._time_block(whole_epochs, bool(tally.blocks))
             if block.first_boundary:  # what was measured inside the first epoch is dropped
                 whole_epochs, tainted, opening, tally = True, True, True, _Tally()
             tainted = tainted or block.cut
             if self.thaw.take():
                 tainted = True
-                self.deadline += block.seconds  # the pause is not the trial's time
+                self.deadline += block.block.seconds  # the pause is not the trial's time
             if not tainted:
                 current = self._record(tally, block, emit)
                 if stop_when_stable and current is not None and current <= self.settings.target_spread:
@@ -279,7 +259,7 @@ class MeasuredLoop:
                     decided = True
                     break
             if time.perf_counter() >= self.deadline:
-                if tally.rates or not whole_epochs or overtime:
+                if tally.blocks or not whole_epochs or overtime:
                     break
                 # The first epoch took the trial's time: one whole epoch more (a first whole-epoch block is never
                 # cut), rather than a trial with nothing measured.
@@ -308,10 +288,9 @@ class MeasuredLoop:
         """Whether the last DECIDE_BLOCKS blocks all lie beyond one edge of the decision the trial is measured for:
         more blocks would not change it (a settled trial needs min_blocks; a noisy one runs to its deadline)."""
         below, above = self.decide
-        if len(tally.rates) < DECIDE_BLOCKS or (below is None and above is None) or not tally.batches:
+        if len(tally.blocks) < DECIDE_BLOCKS or (below is None and above is None):
             return False
-        per_batch = tally.samples / tally.batches
-        recent = [rate * per_batch for rate in tally.rates[-DECIDE_BLOCKS:]]
+        recent = tally.rates[-DECIDE_BLOCKS:]
         return (above is not None and min(recent) > above) or (below is not None and max(recent) < below)
 
     def _time_block(self, whole_epochs: bool, have_blocks: bool) -> _Timed:
@@ -348,22 +327,23 @@ class MeasuredLoop:
             elif t2 - start >= block_seconds and batches >= 2 and batches % cycle == 0:
                 break
         seconds = time.perf_counter() - start
-        return _Timed(batches, samples, wait, step, seconds, tuple(waits), first_boundary, cut)
+        return _Timed(figures.Block(batches, samples, wait, step, seconds), tuple(waits), first_boundary, cut)
 
-    def _record(self, tally: _Tally, block: _Timed, emit: Emit) -> float | None:
+    def _record(self, tally: _Tally, timed: _Timed, emit: Emit) -> float | None:
         """Count a clean block and emit it; returns the spread of the last min_blocks blocks (None until then)."""
-        tally.add(block)
+        tally.add(timed)
         min_blocks = self.settings.min_blocks
-        current = spread(tally.rates[-min_blocks:]) if len(tally.rates) >= min_blocks else None
+        current = figures.spread(tally.rates[-min_blocks:]) if len(tally.blocks) >= min_blocks else None
+        block = timed.block
         emit(
             Block(
-                block=len(tally.rates),
+                block=len(tally.blocks),
                 batches=block.batches,
                 samples=block.samples,
                 seconds=block.seconds,
-                batches_per_s=block.batches / block.seconds,
-                samples_per_s=block.samples / block.seconds,
-                stall_fraction=tally.stall_fraction(),
+                batches_per_s=block.batches_per_s,
+                samples_per_s=block.samples_per_s,
+                stall_fraction=figures.stall_fraction(tally.blocks),
                 elapsed_s=time.perf_counter() - self.started,
                 spread=current,
             )
@@ -371,35 +351,37 @@ class MeasuredLoop:
         return current
 
     def _finished(self, tally: _Tally, whole_epochs: bool, stable: bool, stop_when_stable: bool) -> Finished:
-        """The trial's figures: the median rate of the blocks counted (the last min_blocks when stable, else all)."""
+        """The trial's figures over the blocks counted (the last min_blocks when stable, else all): its samples over
+        their seconds, as a stopwatch reads them (figures.run_figures)."""
         import torch
 
         settings = self.settings
-        if not tally.rates:
+        if not tally.blocks:
             raise RuntimeError(self._why_no_block())
-        if not stop_when_stable and len(tally.rates) >= settings.min_blocks:  # ran to the deadline: stable at the end?
-            stable = spread(tally.rates[-settings.min_blocks :]) <= settings.target_spread
-        first_counted = len(tally.rates) - settings.min_blocks if stable else 0
-        counted = tally.rates[first_counted:]
-        batches_per_s = statistics.median(counted)
-        tails = tally.waits.tails_ms(first_counted)
-        length = _length(self.loader) if whole_epochs else 1 << 30  # blocks of whole epochs: how long one is
+        last = tally.rates[-settings.min_blocks :]
+        if not stop_when_stable and len(last) >= settings.min_blocks:  # ran to the deadline: stable at the end?
+            stable = (figures.spread(last) or 0.0) <= settings.target_spread
+        first_counted = len(tally.blocks) - settings.min_blocks if stable else 0
+        run = tally.figures(first_counted)
+        tails = run.tails
+        length = _length(self.loader)
         return Finished(
-            batches_per_s=batches_per_s,
-            samples_per_s=batches_per_s * tally.samples / tally.batches,
-            spread=spread(counted) if len(counted) >= 2 else None,  # one block says nothing of its spread
+            batches_per_s=run.batches_per_s,
+            samples_per_s=run.samples_per_s,
+            spread=run.spread,
             first_batch_s=self.first_batch_s,
             workers_start_s=self.workers_start_s,
-            stall_fraction=tally.stall_fraction(),
-            blocks=len(tally.rates),
+            stall_fraction=run.stall_fraction,
+            blocks=len(tally.blocks),
             measured_s=time.perf_counter() - self.started - self.first_batch_s,
             warmup_batches=self.skip,
             stable=stable,
             epoch_batches=length if length < 1 << 30 else None,
-            epoch_restart_s=statistics.median(self.crossings) if self.crossings else None,
-            wait_ms_p50=tails[0] if tails else None,
-            wait_ms_p95=tails[1] if tails else None,
-            wait_ms_p99=tails[2] if tails else None,
+            whole_epochs=whole_epochs,
+            epoch_restart_s=figures.median_of(self.crossings),
+            wait_ms_p50=tails.p50 if tails else None,
+            wait_ms_p95=tails.p95 if tails else None,
+            wait_ms_p99=tails.p99 if tails else None,
             boundary_wait_ms=tuple(c * 1e3 for c in self.crossings[-BOUNDARIES_KEPT:]),
             main_threads=torch.get_num_threads(),  # after the consumer's steps: a step that sets its own counts
             warnings=tuple(dict.fromkeys(self.warnings)),
@@ -411,7 +393,7 @@ class MeasuredLoop:
         trip with them, and the first batch either way. None when the epoch cannot be ended (IterableDataset)
         and none was crossed."""
         if self.control is None or self.it is None:
-            return statistics.median(self.crossings) if self.crossings else None
+            return figures.median_of(self.crossings)
         self.control.end()
         last = time.perf_counter()
         for _ in self.it:  # the batches already in flight: the end of a real epoch has them too

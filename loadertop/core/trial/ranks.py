@@ -17,7 +17,6 @@ import os
 import select
 import signal
 import socket
-import statistics
 import sys
 import time
 import traceback
@@ -27,6 +26,7 @@ from datetime import timedelta
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.figures import mean_of
 from loadertop.core.model.protocol import Block, Emit, Epoch, Finished, Reply, Started, TrialNotice, Workers
 from loadertop.core.trial.procs import die_with_parent
 from loadertop.core.trial.world import global_rank, set_rank_environ
@@ -43,7 +43,7 @@ def aggregate(results: list[Finished]) -> Finished:
         spread=max((r.spread for r in results if r.spread is not None), default=None),
         first_batch_s=max(r.first_batch_s for r in results),
         workers_start_s=_worst(r.workers_start_s for r in results),
-        stall_fraction=statistics.fmean(r.stall_fraction for r in results),
+        stall_fraction=mean_of(r.stall_fraction for r in results) or 0.0,
         blocks=min(r.blocks for r in results),
         measured_s=max(r.measured_s for r in results),
         stable=all(r.stable for r in results),

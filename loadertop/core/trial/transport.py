@@ -9,7 +9,6 @@ the most batches/s any loader of this batch structure reaches at that worker cou
 from __future__ import annotations
 
 import os
-import statistics
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -99,7 +98,7 @@ def _batches_per_s(
     dataset: NullDataset, batch_size: int, workers: int, pin: bool, budget_s: float
 ) -> tuple[float, float]:
     """Median batches/s over short blocks once every worker has handed over its first batches, and the spread."""
-    from loadertop.core.trial.measure import spread
+    from loadertop.core.model.figures import median_of, spread
     from loadertop.core.trial.procs import DieWithParent
 
     context = "fork" if workers else None
@@ -120,6 +119,6 @@ def _batches_per_s(
                 next(batches)
                 count += 1
             rates.append(count / elapsed)
-        return statistics.median(rates), spread(rates)
+        return median_of(rates) or 0.0, spread(rates) or 0.0
     finally:
         del batches  # shuts the workers down

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import queue
 import signal
-import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from loadertop.core.machine.guards import TrialMemory, shm_hint
 from loadertop.core.machine.probes import measured_pids, summarize_window
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import Event, Notice, ProbeSample, TrialLaunched, TrialProgress, TrialStarted
+from loadertop.core.model.figures import median_of, per_epoch
 from loadertop.core.model.protocol import (
     Block,
     Epoch,
@@ -192,7 +192,7 @@ class TrialWatch:
                 message.stall_fraction,
                 message.elapsed_s,
                 message.spread,
-                statistics.median(self.rates),
+                median_of(self.rates),
             )
         )
 
@@ -202,7 +202,7 @@ class TrialWatch:
 
     def _epoch(self, message: Epoch) -> None:
         if self.finished is not None and message.epoch_restart_s is not None:  # measured after the window
-            self.finished = replace(self.finished, epoch_restart_s=message.epoch_restart_s)
+            self.finished = with_boundary(self.finished, message.epoch_restart_s)
 
     def _notice(self, message: TrialNotice) -> None:
         self.emit(Notice(message.level, message.message, self.index))
@@ -245,6 +245,17 @@ class TrialWatch:
         if self.finished is None or error is not None:
             return TrialResult(self.index, self.config, "failed", error=error or "unknown failure")
         return measured(self.index, self.config, self.finished, window, self.worker_pids)
+
+
+def with_boundary(finished: Finished, boundary_s: float) -> Finished:
+    """The trial's figures as a training loop over whole epochs reads them: blocks inside one epoch leave the
+    boundary out, and training pays it once an epoch (figures.per_epoch); blocks of whole epochs have it already."""
+    finished = replace(finished, epoch_restart_s=boundary_s)
+    if finished.whole_epochs or not finished.epoch_batches or not finished.batches_per_s:
+        return finished
+    per_batch = finished.samples_per_s / finished.batches_per_s
+    batches_per_s = per_epoch(finished.batches_per_s, finished.epoch_batches, boundary_s)
+    return replace(finished, batches_per_s=batches_per_s, samples_per_s=batches_per_s * per_batch)
 
 
 def measured(

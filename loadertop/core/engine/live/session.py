@@ -28,9 +28,9 @@ from loadertop.core.machine.free_memory import free_mb, read_free_mb
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.probes import Probes
 from loadertop.core.model.events import ProbeSample, WorkerSample
+from loadertop.core.model.figures import mean_of
 from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
-from loadertop.core.model.stats import mean_of
 
 if TYPE_CHECKING:
     from loadertop.core.engine.live.ranks import RankSessions
@@ -214,8 +214,8 @@ class LiveSession:
             self._leak.add(sample.t, {pid: known.get(pid) for pid in self._workers})
         last = samples[-1] if samples else None
         available = read_free_mb() if last is None else free_mb(last.mem_available_mb, last.cgroup_mem_headroom_mb)
-        samples_per_s, batches_per_s, stall, wait_p95, step_ms = interval.rates(seconds)
-        wait_p50, wait_p99, wait_max = interval.wait_tails()
+        samples_per_s, batches_per_s, stall, step_ms = interval.rates(seconds)
+        wait_p50, wait_p95, wait_p99, wait_max = interval.wait_tails()
         gpus, gpu_why = job_gpus(self._gpu, {self.pid, *self._workers})
         leak = self._leak.warning(available)
         warnings = [leak] if leak else []

@@ -3,13 +3,14 @@ samples (per-worker memory and CPU, the GPUs)."""
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from loadertop.core.engine.wording import rate
 from loadertop.core.machine.gpu import GpuProbe
+from loadertop.core.model import figures
 from loadertop.core.model.events import ProbeSample
+from loadertop.core.model.figures import mean_of
 from loadertop.core.model.live_protocol import (
     JobEpoch,
     JobSteps,
@@ -30,34 +31,31 @@ class Interval:
     samples: int = 0
     wait_s: float = 0.0
     step_s: float = 0.0
-    wait_p95_ms: list[float] = field(default_factory=list)
-    wait_p50_ms: list[float] = field(default_factory=list)
+    waits_ms: list[float] = field(default_factory=list)  # each span's waits as the job sent them (JobSteps.waits_ms)
     wait_max_ms: list[float] = field(default_factory=list)
-    wait_p99_ms: list[float] = field(default_factory=list)
     dropped: int = 0
     epoch_ends: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
-    def wait_tails(self) -> tuple[float | None, float | None, float | None]:
-        """The wait's median and p99 (the worst span's, as the p95) and its maximum (ms) over the interval."""
-        p50 = max(self.wait_p50_ms) if self.wait_p50_ms else None
-        p99 = max(self.wait_p99_ms) if self.wait_p99_ms else None
-        return p50, p99, max(self.wait_max_ms) if self.wait_max_ms else None
+    def wait_tails(self) -> tuple[float | None, float | None, float | None, float | None]:
+        """The wait's p50, p95 and p99 over the interval's waits (figures.wait_tails), and its maximum (ms)."""
+        tails = figures.wait_tails([w / 1e3 for w in self.waits_ms])
+        top = max(self.wait_max_ms) if self.wait_max_ms else None
+        return (tails.p50, tails.p95, tails.p99, top) if tails else (None, None, None, top)
 
     def wait_mean_ms(self) -> float | None:
         """The mean wait for a batch (ms) over the interval: a start-up wait weighs in once, not as the p95."""
         return self.wait_s / self.batches * 1000.0 if self.batches else None
 
-    def rates(self, seconds: float) -> tuple[float | None, float | None, float | None, float | None, float | None]:
-        """samples/s, batches/s, stall fraction, wait p95 (ms), mean step (ms); None without a step."""
+    def rates(self, seconds: float) -> tuple[float | None, float | None, float | None, float | None]:
+        """samples/s, batches/s, stall fraction, mean step (ms); None without a step."""
         if self.batches == 0 or seconds <= 0:
-            return None, None, None, None, None
+            return None, None, None, None
         busy = self.wait_s + self.step_s
         return (
             self.samples / seconds,
             self.batches / seconds,
             self.wait_s / busy if busy > 0 else None,
-            max(self.wait_p95_ms) if self.wait_p95_ms else None,  # the worst span's p95 in the interval
             self.step_s / self.batches * 1000.0,
         )
 
@@ -107,12 +105,7 @@ class MessageFold:
                     interval.wait_s += message.wait_s
                     interval.step_s += message.step_s
                     interval.dropped += message.dropped
-                    if message.wait_ms_p95 is not None:
-                        interval.wait_p95_ms.append(message.wait_ms_p95)
-                    if message.wait_ms_p50 is not None:
-                        interval.wait_p50_ms.append(message.wait_ms_p50)
-                    if message.wait_ms_p99 is not None:
-                        interval.wait_p99_ms.append(message.wait_ms_p99)
+                    interval.waits_ms += message.waits_ms
                     if message.wait_ms_max is not None:
                         interval.wait_max_ms.append(message.wait_ms_max)
             elif isinstance(message, JobEpoch):
@@ -137,4 +130,4 @@ def job_gpus(probe: GpuProbe, pids: set[int]) -> tuple[set[int], str | None]:
 
 def gpu_util(samples: Sequence[ProbeSample], indices: set[int]) -> float | None:
     values = [g.util_percent for s in samples for g in s.gpus if g.index in indices]
-    return statistics.fmean(values) if values else None
+    return mean_of(values)

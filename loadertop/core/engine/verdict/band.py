@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from loadertop.core.engine.verdict.memory import own_memory
 from loadertop.core.engine.wording import sps
 from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.figures import mean_of
 from loadertop.core.model.results import TrialResult
-from loadertop.core.model.stats import mean_of
 
 BAND_CAP = 3.0  # the noise band is at most this many times the tolerance (15% by default)
 MEMORY_SLACK = 0.05  # PSS differences under 5% (or MEMORY_SLACK_MB) are measurement noise, not a real cost

@@ -8,17 +8,15 @@ first trial into an error), "info" otherwise.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from loadertop.core.engine.wording import mb, seconds
 from loadertop.core.model.config import Settings, TrialConfig
+from loadertop.core.model.figures import MB, mean_of, median_of
 from loadertop.core.model.protocol import Checked
 from loadertop.core.model.results import PreflightCheck, TrialResult
-from loadertop.core.model.stats import median_of
 
-MB = 1024 * 1024
 # The parent pickles the dataset once per spawn/forkserver worker, one after another, before the first batch: above
 # this many seconds at the top worker count, the start-up is worth a warning.
 SLOW_PICKLE_S = 2.0
@@ -146,10 +144,10 @@ def first_batch_points(trials: Sequence[TrialResult], method: str | None = None)
             and (t.config.batch_size, t.config.pin_memory) == (key.batch_size, key.pin_memory)]  # fmt: skip
     shares = [t.cpu_percent / 100 for t in zero if t.cpu_percent is not None]
     return Points(
-        {n: statistics.median(t.first_batch_s or 0.0 for t in ts) for n, ts in sorted(best.items())},
-        statistics.median(t.first_batch_s or 0.0 for t in zero) if zero else None,
+        {n: median_of(t.first_batch_s or 0.0 for t in ts) or 0.0 for n, ts in sorted(best.items())},
+        median_of(t.first_batch_s or 0.0 for t in zero),
         {n: median_of(t.workers_start_s for t in ts) for n, ts in sorted(best.items())},
-        min(1.0, statistics.median(shares)) if shares else None,
+        min(1.0, median_of(shares) or 0.0) if shares else None,
     )
 
 
@@ -191,7 +189,7 @@ def fit(points: Points, cpus: int) -> Fit:
     cpus, below = max(1, cpus), points.by_workers
     if points.alone_s is None:  # no batch alone to start from: a line through the rungs
         xs, ys = list(below), list(below.values())
-        mx, my = statistics.fmean(xs), statistics.fmean(ys)
+        mx, my = mean_of(xs) or 0.0, mean_of(ys) or 0.0
         spread = sum((x - mx) ** 2 for x in xs)
         per = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / spread if spread else 0.0
         return Fit(my - per * mx, 0.0, cpus, per)
@@ -203,10 +201,10 @@ def fit(points: Points, cpus: int) -> Fit:
         within = [r for w, r in rest.items() if w <= cpus]
         past = {w - cpus: r for w, r in rest.items() if w > cpus}
         if not within or not past:
-            return replace(model, per_worker=per, base=statistics.median(rest.values()))
+            return replace(model, per_worker=per, base=median_of(rest.values()) or 0.0)
         # Past the CPUs, what the rungs leave above the rest, per worker past them (CPU-bound batches left 0.02-0.03
         # s a worker: ×1.7 at 32 workers without it); never below 0, which is the rungs' noise
-        base = statistics.median(within)
+        base = median_of(within) or 0.0
         crowd = max(0.0, sum((r - base) * x for x, r in past.items()) / sum(x * x for x in past))
         return replace(model, per_worker=per, base=base, crowd=crowd)
     rest = {w: s - model.work(w) for w, s in below.items()}
