@@ -74,7 +74,7 @@ def test_a_retrograde_curve_is_not_climbed_past_a_trusted_peak() -> None:
     trials, _ = sim_bench.drive(planner, model, "peak")
     peak = max(range(1, model.top + 1), key=model.true)
     assert max(t.config.num_workers for t in trials) < 4 * peak
-    assert any("puts the peak at" in s.message or "noise band" in s.message for s in planner.trace if s.phase == "stop")
+    assert any("puts the peak at" in s.message or "band" in s.message for s in planner.trace if s.phase == "stop")
 
 
 @pytest.mark.unit

@@ -54,7 +54,7 @@ def test_the_choice_and_its_reason_are_the_sweeps() -> None:
     assert rec.reason in chosen.reason
     # 2 workers is within the band of the best: the reason must not claim 4 is the fewest within it.
     assert "fewest workers within" not in chosen.reason
-    assert "2, 4 and 8 workers are within noise" in chosen.reason
+    assert "2, 4 and 8 workers are not surely more than the 13% band behind the best" in chosen.reason
 
 
 def test_the_other_knobs_are_tried_at_the_count_kept() -> None:

@@ -253,9 +253,13 @@ def with_boundary(finished: Finished, boundary_s: float) -> Finished:
     finished = replace(finished, epoch_restart_s=boundary_s)
     if finished.whole_epochs or not finished.epoch_batches or not finished.batches_per_s:
         return finished
-    per_batch = finished.samples_per_s / finished.batches_per_s
-    batches_per_s = per_epoch(finished.batches_per_s, finished.epoch_batches, boundary_s)
-    return replace(finished, batches_per_s=batches_per_s, samples_per_s=batches_per_s * per_batch)
+    share = per_epoch(finished.batches_per_s, finished.epoch_batches, boundary_s) / finished.batches_per_s
+    return replace(
+        finished,
+        batches_per_s=finished.batches_per_s * share,
+        samples_per_s=finished.samples_per_s * share,
+        rank_samples_per_s=tuple(x * share for x in finished.rank_samples_per_s),  # each rank pays it too
+    )
 
 
 def measured(

@@ -25,7 +25,7 @@ from loadertop.core.engine.search.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.search.refine import SearchOver, refine
 from loadertop.core.engine.search.rungs import at_least, ladder, memory_cap, top_above
 from loadertop.core.engine.search.saturation import confirm, saturated
-from loadertop.core.engine.verdict.band import choose, merge_repeats, noise_band
+from loadertop.core.engine.verdict.band import Noise, choose, merge_repeats, noise_band
 from loadertop.core.engine.verdict.stops import CEILING, FAULT, FLAT, MEMORY, PEAK, TOP, TRANSPORT, Stop
 from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_stop
 from loadertop.core.engine.verdict.usl import fit_usl, past_peak, trusted, workers_to_reach
@@ -238,12 +238,22 @@ class AdaptivePlanner:
                 why = f"but its spread never settled ({noisy})"
             self._note("climb", f"{head}, {over}, {why}: one more rung before concluding")
             return None
-        # A loss beyond the band is not "less than the band": say which side of it the rung fell
-        verdict = (
-            f"slower beyond the {pct(band)} noise band" if gain <= -band else f"less than the {pct(band)} noise band"
-        )
+        verdict = self._loss_text(t, prev, gain, band)
         text = f"stopped climbing: {head}, {over} ({sps(prev):.0f}), {verdict}{self._flat()}"
         return Stop(text, FLAT, n, gain)
+
+    def _loss_text(self, t: TrialResult, prev: TrialResult, gain: float, band: float) -> str:
+        """How a rung that did not gain compares: slower beyond the band only when surely so by the noise between
+        runs (band.Noise.surely_outside); a loss not sure is a loss "on these runs", not a fact."""
+        if gain > -band:
+            return f"less than the {pct(band)} noise band"
+        noise = Noise.of(self._done, self.tol)
+        if noise.surely_outside(t, prev):
+            return f"slower beyond the {pct(band)} noise band"
+        how = (
+            "by the noise between runs" if noise.measured() else "on one run each, how far runs differ not yet measured"
+        )
+        return f"a loss on these runs, but not surely beyond the {pct(band)} band ({how})"
 
     def _to_confirm(self, n: int, t: TrialResult) -> TrialResult | None:
         """The best rung below a rung past the cores that gained on one run while the CPUs were saturated (the

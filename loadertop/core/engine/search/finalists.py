@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 
-from loadertop.core.engine.verdict.band import SURE, Noise, choose_merged, finished, merge_repeats
+from loadertop.core.engine.verdict.band import SURE, Noise, Z, choose_merged, finished, merge_repeats
 from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 
-Z = 2.0  # standard errors between the difference and the band's edge that settle which side it is on
 RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
 DUEL_PRECISION = 0.2  # ... unless its worker count is this close to the choice's (30 vs 32 workers: no duel)
 MAX_RUNS = 6  # runs of one finalist (its first included): the repeat cap of a duel
@@ -39,6 +38,10 @@ def duels(
     generator resumes."""
     fought: set[frozenset[TrialConfig]] = set()
     spent = 0
+    if budget > 0 and (probe := _noise_probe(done(), tolerance)) is not None:
+        note("repeat", _probe_text(probe), probe.config.label())
+        yield probe.config
+        spent += 1
     for _ in range(MAX_DUELS):
         pair = _finalists(done(), tolerance, fought, note)
         if pair is None:
@@ -61,6 +64,23 @@ def duels(
             verdict = _verdict(a, b, Noise.of(done(), tolerance))
         if rounds:
             note("repeat", verdict or _undecided(a, b, Noise.of(done(), tolerance)), None)
+
+
+def _noise_probe(done: Sequence[TrialResult], tolerance: float) -> TrialResult | None:
+    """The choice, when no configuration has run twice yet: how far two fresh runs of one configuration differ is
+    the noise every comparison of the conclusion needs, and one run's blocks understate it (they agree within 1-5%
+    where fresh runs differ by 10% on a busy 2-CPU machine). None when some repeat has measured it already."""
+    if Noise.of(done, tolerance).measured():
+        return None
+    chosen = choose_merged(merge_repeats(finished(done)), tolerance) if finished(done) else None
+    return chosen[1] if chosen is not None else None
+
+
+def _probe_text(t: TrialResult) -> str:
+    return (
+        f"{t.config.label()} ({sps(t):.0f} samples/s) measured again in a fresh pool: nothing has run twice yet, and "
+        "how far two runs of one configuration differ is the noise every comparison needs"
+    )
 
 
 def _finalists(
@@ -107,7 +127,7 @@ def _near(c: TrialResult, t: TrialResult) -> bool:
 def _clear(c: TrialResult, near: list[TrialResult]) -> str:
     if not near:
         band = f"{RIVAL_BANDS:g}× the noise band"
-        return f"{c.config.label()} is a clear choice: nothing else within {band}, no repeat needed"
+        return f"{c.config.label()} is a clear choice: nothing else within {band}, no duel needed"
     close = ", ".join(t.config.label() for t in sorted(near, key=lambda t: t.config.num_workers))
     return (
         f"{c.config.label()} is the choice; {close} within {RIVAL_BANDS:g}× the noise band but fewer than "

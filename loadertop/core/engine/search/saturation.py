@@ -5,7 +5,8 @@ CPU: a gain past the cores read on one run is most often noise (a busy neighbour
 believes it runs on to 16 workers on 2 CPUs, at 8× the memory. So the rung and the best rung below it are measured
 again, alternately (a slow drift weighs on both alike), and a sequential test asks whether the gain of their means
 lies beyond the noise band by `Z` standard errors (a significant win: the climb goes on), or short of it by as much
-(no win: it stops). At CONFIRM_RUNS runs each, still undecided, the doubt goes to fewer workers: the climb stops.
+(no win: it stops). At CONFIRM_RUNS runs each, still undecided, the climb stops: more workers are not run, and
+which of the two to use is the conclusion's, from the means of every run.
 The repeats stay in the sweep: the conclusion merges them (band.merge_repeats), so the pick comes from the means."""
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ import math
 from collections.abc import Generator
 from typing import TYPE_CHECKING
 
-from loadertop.core.engine.search.finalists import Z
-from loadertop.core.engine.verdict.band import BAND_CAP, Noise, finished, merge_repeats
+from loadertop.core.engine.verdict.band import BAND_CAP, Noise, Z, finished, merge_repeats
 from loadertop.core.engine.verdict.bound import CPU_SATURATED
 from loadertop.core.engine.verdict.stops import FAULT, SATURATED, Stop
 from loadertop.core.engine.wording import pct, sps, workers
@@ -25,7 +25,7 @@ from loadertop.core.model.results import TrialResult
 if TYPE_CHECKING:
     from loadertop.core.engine.search.adaptive import AdaptivePlanner
 
-CONFIRM_RUNS = 3  # runs of each of the two rungs (the first included) before the doubt goes to fewer workers
+CONFIRM_RUNS = 3  # runs of each of the two rungs (the first included) before the climb stops undecided
 
 
 def saturated(cpus: int, *trials: TrialResult) -> bool:
@@ -70,8 +70,8 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
         if band - gain >= Z * se:
             break
     return Stop(
-        f"stopped climbing: {head}: no significant win beyond the {pct(band)} band on saturated CPUs (the doubt "
-        "goes to fewer workers)",
+        f"stopped climbing: {head}: no significant win beyond the {pct(band)} band on saturated CPUs: more workers "
+        "are not run (which of these two to use is the means' to say, with every other run)",
         SATURATED,
         n,
         gain,

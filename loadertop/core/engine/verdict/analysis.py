@@ -10,7 +10,16 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypedDict
 
-from loadertop.core.engine.verdict.band import Noise, choose_merged, equivalent, finished, merge_repeats, noise_band
+from loadertop.core.engine.verdict.band import (
+    Noise,
+    Z,
+    choose_merged,
+    equivalent,
+    finished,
+    inconclusive,
+    merge_repeats,
+    noise_band,
+)
 from loadertop.core.engine.verdict.bound import (
     CONSUMER_BOUND,
     CPU_BOUND,
@@ -57,6 +66,8 @@ def analyze(
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(
         rec, best, ok, curve, noise, machine, (stop, top)
     )
+    if doubt := inconclusive(noise, rec, best, tol):
+        reason = f"{doubt}; {reason}"
     same, close = equivalence(rec, best, curve, noise)
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
@@ -75,7 +86,7 @@ def analyze(
         equivalent=tuple(t.config for t in equivalent(curve, best, noise)),
         close=bool(close),
     )
-    return knee(curve, tol), recommendation
+    return knee(curve, tol, noise), recommendation
 
 
 # A configuration's data wait is steadier when its p99 is at most 1/P99_RATIO of another's and P99_GAP_MS shorter.
@@ -173,7 +184,8 @@ CLOSE = 1.5  # a comparison within this factor of the band's edge (either side) 
 
 
 def equivalence(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: Noise) -> tuple[str, str]:
-    """The clauses that say which worker counts on the recommendation's curve are within noise of the best, and
+    """The clauses that say which worker counts on the recommendation's curve are in the equivalence set (not surely
+    more than the band behind the best, band.equivalent), and
     whether the call is close: the recommendation near the band's edge (behind the best by more than the band
     ÷ CLOSE), or a cheaper count just outside it (within CLOSE bands). Empty strings when there is nothing to say."""
     counts = [t.config.num_workers for t in equivalent(curve, best, noise)]
@@ -189,8 +201,8 @@ def equivalence(rec: TrialResult, best: TrialResult, curve: list[TrialResult], n
             )
         )  # band.Noise.surely_within: the doubt goes to the faster
         clause = (
-            f"{_count_list(counts, curve)} are within noise of each other and of {where} "
-            f"({sps(best):.0f} samples/s): {cheapest}"
+            f"{_count_list(counts, curve)} are not surely more than the {pct(noise.band(rec, best))} band behind "
+            f"{where} ({sps(best):.0f} samples/s): {cheapest}"
         )
     return clause, _close_call(rec, best, curve, noise)
 
@@ -207,7 +219,8 @@ def _close_call(rec: TrialResult, best: TrialResult, curve: list[TrialResult], n
         if band < lag <= CLOSE * band:
             n = t.config.num_workers
             verb = "is" if n == 1 else "are"
-            return f"a close call: {workers(n)} {verb} {pct(lag)} behind, just outside the {pct(band)} noise band"
+            sure = "" if noise.surely_outside(t, best) else " (not surely: within the noise of their runs)"
+            return f"a close call: {workers(n)} {verb} {pct(lag)} behind, just outside the {pct(band)} noise band{sure}"
     return ""
 
 
@@ -236,16 +249,16 @@ def _recommendation_reason(
 ) -> str:
     """Why `rec`: what bounds it, then what costs more than it and does not pay for it (the tail). `end`: how the
     search stopped and the top of the --workers range."""
-    band, tol = noise.band(rec, best), noise.tolerance
+    band = noise.band(rec, best)
     on_curve = {id(t) for t in curve}
 
     def who(t: TrialResult) -> str:
         return workers(t.config.num_workers) if id(t) in on_curve else t.config.label()
 
-    tail = _tail(rec, best, curve, band, tol, who)
+    tail = _tail(rec, best, curve, noise, who)
     nw = rec.config.num_workers
     if nw == 0:
-        return _zero_workers_reason(rec, ok, band, tail, who)
+        return _zero_workers_reason(rec, ok, noise, tail, who)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
         fewer_within = any(t.config.num_workers < nw and noise.within(t, rec) for t in curve)
         return _still_rising_reason(rec, band, machine, fewer_within, *end)
@@ -253,9 +266,10 @@ def _recommendation_reason(
     return f"{epoch}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
 
 
-def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], band: float, tol: float, who: Name) -> str:
+def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: Noise, who: Name) -> str:
     """What costs more than the recommendation and does not pay for it: the best (when it is another
-    configuration) or the largest worker count on its curve; and the drop after the curve's peak."""
+    configuration) or the largest worker count on its curve; and the drop after the curve's peak, when surely one."""
+    band = noise.band(rec, best)
     comparator: TrialResult | None = None
     if best is not rec:
         comparator = best
@@ -265,14 +279,15 @@ def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], band: f
             comparator = max(larger, key=lambda t: t.config.num_workers)
     clauses: list[str] = []
     if comparator is not None:
-        clauses.append(_comparison(comparator, rec, band, who(comparator)))
-    drop = drop_after_peak(curve, tol)
+        clauses.append(_comparison(comparator, rec, noise, who(comparator)))
+    drop = drop_after_peak(curve, noise.tolerance, noise)
     if drop is not None and drop[0] is not comparator:
         clauses.append(f"slower again at {who(drop[0])} ({pct(drop[1], signed=True)})")
     return "; ".join(clauses) if clauses else f"no other configuration measured within {pct(band)}"
 
 
-def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], band: float, tail: str, who: Name) -> str:
+def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], noise: Noise, tail: str, who: Name) -> str:
+    band = noise.band(rec, rec)
     with_workers = [t for t in ok if t.config.num_workers > 0]
     if not with_workers:
         share = rec.fraction_of_ceiling
@@ -284,10 +299,15 @@ def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], band: float, t
         return f"only 0 workers measured ({sps(rec):.0f} samples/s); try a --workers range"
     top = max(with_workers, key=sps)
     if sps(rec) >= sps(top):
+        versus = (
+            f"best with workers: {who(top)} at {sps(top):.0f} vs {sps(rec):.0f} samples/s, "
+            f"{pct(sps(top) / sps(rec) - 1.0, signed=True)}"
+        )
+        if noise.surely_slower(top, rec):
+            return f"the main process does the work fastest (0 workers): workers cost more than they save ({versus})"
         return (
-            "the main process does the work fastest (0 workers): worker start-up and transfer cost more than "
-            f"they save (best with workers: {who(top)} at {sps(top):.0f} vs {sps(rec):.0f} samples/s, "
-            f"{pct(sps(top) / sps(rec) - 1.0, signed=True)}; noise band {pct(band)})"
+            f"0 workers: workers add no speed measured beyond the noise ({versus}, within ±"
+            f"{pct(Z * noise.stderr(top, rec))}), and cost memory and start-up"
         )
     return f"the main process keeps up (0 workers): {tail}"
 
@@ -367,9 +387,11 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
     return f"loader-bound{stall}: {workers(nw)} {'reaches' if nw == 1 else 'reach'} {sps(rec):.0f} samples/s; {tail}"
 
 
-def _comparison(other: TrialResult, rec: TrialResult, band: float, name: str) -> str:
-    """'8 workers add 310 MB and no speed (1012 vs 1003 samples/s, within 5%)' or '... are slower (...)'."""
+def _comparison(other: TrialResult, rec: TrialResult, noise: Noise, name: str) -> str:
+    """'8 workers add 310 MB and no speed (1012 vs 1003 samples/s, within 5%)', '... are slower (...)' when surely
+    so by the noise between runs, else '... are not faster (...)'."""
     a, b = sps(other), sps(rec)
+    band = noise.band(other, rec)
     mem = ""
     if other.total_pss_mb is not None and rec.total_pss_mb is not None:
         extra = other.total_pss_mb - rec.total_pss_mb
@@ -378,4 +400,7 @@ def _comparison(other: TrialResult, rec: TrialResult, band: float, name: str) ->
     verb = mem or "add "
     if a >= b * (1.0 - band):
         return f"{name} {verb}no speed ({a:.0f} vs {b:.0f} samples/s, within {pct(band)})"
-    return f"{name} are slower ({a:.0f} vs {b:.0f} samples/s, {pct(a / b - 1.0, signed=True)}; noise band {pct(band)})"
+    gap = f"{pct(a / b - 1.0, signed=True)} ± {pct(Z * noise.stderr(other, rec))}"
+    if noise.surely_slower(other, rec):
+        return f"{name} are slower ({a:.0f} vs {b:.0f} samples/s, {gap})"
+    return f"{name} {mem}are not faster, slower on these runs but not surely ({a:.0f} vs {b:.0f} samples/s, {gap})"

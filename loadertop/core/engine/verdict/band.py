@@ -13,9 +13,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from loadertop.core.engine.verdict.memory import own_memory
-from loadertop.core.engine.wording import sps
+from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.figures import mean_of
+from loadertop.core.model.figures import between_runs, mean_of, relative_gap
 from loadertop.core.model.results import TrialResult
 
 BAND_CAP = 3.0  # the noise band is at most this many times the tolerance (15% by default)
@@ -28,6 +28,9 @@ SURE = 1.0
 # Runs measured more than once, counting each extra run, before their disagreement is the noise of a run's mean.
 TRUSTED_DOF = 2
 IQR_PER_SIGMA = 1.35  # a run's spread is its blocks' IQR / median: 1.35 σ for normal noise
+# Standard errors of their difference beyond which two means surely differ: what settles a duel, what leaves a
+# configuration out of the equivalence set, and what any sentence that calls one slower must rest on.
+Z = 2.0
 
 
 def noise_band(tolerance: float, *trials: TrialResult) -> float:
@@ -65,19 +68,13 @@ class Noise:
         groups: dict[TrialConfig, list[TrialResult]] = {}
         for t in finished(trials):
             groups.setdefault(t.config, []).append(t)
-        squares, dof = 0.0, 0
-        for runs in groups.values():
-            xs = [sps(t) for t in runs]
-            mean = sum(xs) / len(xs)
-            if len(xs) > 1 and mean > 0:
-                squares += sum((x / mean - 1.0) ** 2 for x in xs)
-                dof += len(xs) - 1
+        between = between_runs({c: [sps(t) for t in runs] for c, runs in groups.items()})
         return cls(
             tolerance,
             {c: len(runs) for c, runs in groups.items()},
             {c: min((t.spread or 0.0) for t in runs) for c, runs in groups.items()},
-            math.sqrt(squares / dof) if dof else None,
-            dof,
+            between.sd,
+            between.dof,
             {c: min(_mean_se(t) for t in runs) for c, runs in groups.items()},
         )
 
@@ -94,8 +91,9 @@ class Noise:
         return max(self.between or 0.0, *own)
 
     def stderr(self, a: TrialResult, b: TrialResult) -> float:
-        """The standard error of the relative difference between the two configurations' mean throughputs."""
-        return self.level(a, b) * math.sqrt(1.0 / self.count(a) + 1.0 / self.count(b))
+        """The standard error of the relative difference between the two configurations' mean throughputs: each
+        one's noise (`level`) over its own runs, so a steady configuration is not judged by a noisy one's."""
+        return math.sqrt(self.level(a) ** 2 / self.count(a) + self.level(b) ** 2 / self.count(b))
 
     def count(self, t: TrialResult) -> int:
         return max(1, self.runs.get(t.config, 1))
@@ -109,6 +107,26 @@ class Noise:
     def within(self, t: TrialResult, ref: TrialResult) -> bool:
         """Whether `t` is as fast as `ref` within their band (faster counts too)."""
         return sps(t) >= sps(ref) * (1.0 - self.band(t, ref))
+
+    def surely_outside(self, t: TrialResult, ref: TrialResult) -> bool:
+        """Whether `t` is slower than `ref` by more than their band, beyond Z standard errors of the difference of
+        their means: then, and only then, it is out of the equivalence set, and "slower beyond the band" is said.
+        Unlike the band, the standard error has no cap: on a busy machine the set is as wide as the runs say."""
+        return relative_gap(sps(t), sps(ref)) + self.band(t, ref) < -Z * self.stderr(t, ref)
+
+    def surely_slower(self, t: TrialResult, ref: TrialResult) -> bool:
+        """Whether `t` is slower than `ref` at all, beyond Z standard errors: what "slower" alone rests on."""
+        return relative_gap(sps(t), sps(ref)) < -Z * self.stderr(t, ref)
+
+    def measured(self) -> bool:
+        """Whether fresh runs of one configuration have been compared: without that, the noise of a run's mean is
+        its blocks' spread standing in, which is narrower than how far two runs differ."""
+        return self.between is not None
+
+    def runs_to_tell(self, *trials: TrialResult) -> int:
+        """Runs of each of two configurations that would tell a difference of the tolerance apart at Z standard
+        errors, at this noise."""
+        return math.ceil(2.0 * (Z * self.level(*trials) / self.tolerance) ** 2)
 
     def surely_within(self, t: TrialResult, ref: TrialResult) -> bool:
         """Whether `t` is within the band of `ref` by a margin of SURE standard errors of their difference: what a
@@ -145,8 +163,22 @@ def choose_merged(
 
 
 def equivalent(ok: Sequence[TrialResult], best: TrialResult, noise: Noise) -> list[TrialResult]:
-    """The merged points within noise of `best` (itself included), by worker count."""
-    return sorted((t for t in ok if noise.within(t, best)), key=lambda t: (t.config.num_workers, -sps(t)))
+    """The equivalence set: every merged point not surely outside the band of `best` (itself included), by worker
+    count. A head-to-head left undecided keeps both."""
+    return sorted((t for t in ok if not noise.surely_outside(t, best)), key=lambda t: (t.config.num_workers, -sps(t)))
+
+
+def inconclusive(noise: Noise, rec: TrialResult, best: TrialResult, tolerance: float) -> str:
+    """The clause that leads a reason when the runs differ by more than the widest band (BAND_CAP × tolerance),
+    measured between fresh runs: no comparison at the tolerance can be settled on this machine. Else ''."""
+    level = noise.level(rec, best)
+    if noise.between is None or level <= BAND_CAP * tolerance:
+        return ""
+    return (
+        f"inconclusive: runs of one configuration differ by ±{pct(level)} on this machine (from {noise.dof} "
+        f"repeat{'' if noise.dof == 1 else 's'}), wider than the {pct(tolerance)} band; about "
+        f"{noise.runs_to_tell(rec, best)} runs of each, or a quieter machine, would settle it"
+    )
 
 
 def _cheapest_within_band(ok: list[TrialResult], best: TrialResult, noise: Noise) -> TrialResult:

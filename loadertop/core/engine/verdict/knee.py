@@ -49,7 +49,7 @@ def _best_per_count(members: list[TrialResult]) -> list[TrialResult]:
     return [by_count[n] for n in sorted(by_count)]
 
 
-def knee(curve: list[TrialResult], tol: float) -> Knee:
+def knee(curve: list[TrialResult], tol: float, noise: Noise | None = None) -> Knee:
     """The knee of a worker curve, or why there is none (too few points, flat, still rising)."""
     counts = [t.config.num_workers for t in curve]
     if len(counts) < 3:
@@ -67,7 +67,7 @@ def knee(curve: list[TrialResult], tol: float) -> Knee:
             f"no clear knee: throughput flat within {pct(spread)} from {counts[0]} to {workers(counts[-1])} "
             f"(noise band {pct(band)})",
         )
-    drop = drop_after_peak(curve, tol)
+    drop = drop_after_peak(curve, tol, noise)
     drop_text = f"; slower again at {workers(drop[0].config.num_workers)} ({pct(drop[1], signed=True)})" if drop else ""
     peak_text = f"the {top:.0f} samples/s peak at {workers(counts[peak_i])}"
     # Kneedle reads diminishing returns of adding workers, from 1 worker on: the 0-worker point is another way of
@@ -122,8 +122,11 @@ def _kneedle(xs: list[int], ys: list[float]) -> int | None:
     return knee_i if knee_i in xs else None
 
 
-def drop_after_peak(curve: list[TrialResult], tol: float) -> tuple[TrialResult, float] | None:
-    """The slowest point after the curve's peak when it is slower by more than the band: (trial, relative change)."""
+def drop_after_peak(
+    curve: list[TrialResult], tol: float, noise: Noise | None = None
+) -> tuple[TrialResult, float] | None:
+    """The slowest point after the curve's peak when it is slower by more than the band, and surely slower by the
+    noise between runs when `noise` is given: (trial, relative change)."""
     if not curve:
         return None
     ys = [sps(t) for t in curve]
@@ -133,6 +136,6 @@ def drop_after_peak(curve: list[TrialResult], tol: float) -> tuple[TrialResult, 
         return None
     worst = min(after, key=sps)
     change = sps(worst) / ys[peak_i] - 1.0
-    if -change > noise_band(tol, worst, curve[peak_i]):
+    if -change > noise_band(tol, worst, curve[peak_i]) and (noise is None or noise.surely_slower(worst, curve[peak_i])):
         return worst, change
     return None

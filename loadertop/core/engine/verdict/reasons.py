@@ -39,8 +39,9 @@ def annotate(
     merged = {t.config: t for t in merge_repeats([t for t in trials if t.status == "ok"])}
     best = max(merged.values(), key=sps, default=None)
     peak = sps(best) if best is not None and best.samples_per_s else None
-    # "within noise of best" by the band the recommendation and the ≈ set use (narrowed by repeats), not by one
-    # run's spread: a row said "within noise" of a configuration the recommendation called 5.1% behind, outside it
+    # "within noise of best" exactly when the ≈ set holds it (band.equivalent: not surely outside the band, by the
+    # noise between runs), not by one run's spread: a row said "within noise" of a configuration the
+    # recommendation called 5.1% behind, outside it
     noise = Noise.of(finished(trials), tolerance)
     first: dict[TrialConfig, int] = {}
     out = []
@@ -50,9 +51,9 @@ def annotate(
         repeat_of = earlier if earlier != t.index else None
         judged = merged.get(t.config, t) if t.status == "ok" else t
         transport = transport_phrase(judged, ceilings, list(merged.values()), tolerance) if t.status == "ok" else ""
-        band = noise.band(judged, best) if best is not None and t.status == "ok" else None
+        within = not noise.surely_outside(judged, best) if best is not None and t.status == "ok" else None
         reason = trial_reason(
-            judged, machine, peak, tolerance, ceiling, transport, cpu_step, list(merged.values()), band
+            judged, machine, peak, tolerance, ceiling, transport, cpu_step, list(merged.values()), within
         )
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
@@ -76,12 +77,12 @@ def trial_reason(
     transport: str = "",
     cpu_step: bool = False,
     measured: Sequence[TrialResult] = (),
-    band: float | None = None,
+    within: bool | None = None,
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
     the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
     (engine/verdict/transport_bound.py); `measured` (finished, repeats merged) is what its advice is checked against;
-    `band`: its noise band against the best (band.Noise), else one run's."""
+    `within`: whether the equivalence set holds it (band.equivalent); None: judged by one run's band."""
     if trial.status != "ok":
         text = trial.error or trial.status
         return f"memory-bound: {text}" if _memory_related(text) and not text.startswith("memory-bound") else text
@@ -100,7 +101,7 @@ def trial_reason(
         ratio = trial.samples_per_s / peak_samples_per_s
         if ratio >= 1.0 - 1e-9:
             phrase += ", best"
-        elif ratio >= 1.0 - (noise_band(tolerance, trial) if band is None else band):
+        elif within if within is not None else ratio >= 1.0 - noise_band(tolerance, trial):
             phrase += ", within noise of best"
         else:
             phrase += f", {pct(ratio)} of best"

@@ -72,6 +72,8 @@ def fit_usl(workers: Sequence[int], samples_per_s: Sequence[float]) -> UslFit | 
     if beta > BETA_ZERO and alpha < 1.0:
         peak_n = math.sqrt((1.0 - alpha) / beta)
         peak_x = float(usl(peak_n, lam, alpha, beta))
+        if peak_n < 1.0 or not peak_x > 0.0:  # a peak below one worker, or a negative rate: no prediction at all
+            peak_n = peak_x = None
     return UslFit(
         lam=lam,
         alpha=alpha,
