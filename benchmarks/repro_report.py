@@ -1,108 +1,223 @@
-"""REPRO.md from search_repro.py's record: per workload, each search run's pick, equivalent set, accuracy and cost,
-and whether the picks are mutually equivalent; a summary against issue 18's targets."""
+"""REPRO.md from search_repro.py's record: the ruler's reference beside every figure the searches reported, the
+picks' accuracy, cost and agreement."""
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from typing import Any
 
-from repro_score import ACCURACY_TARGET, COST_TARGET, workload_score
-from search_reference import fmt, reference_rows
+from loadertop.core.model.results import SweepResult, TrialResult
+
+ACCURACY_TARGET = 0.95
+COST_TARGET = 0.30
+FIDELITY = (0.93, 1.07)  # a figure reads within this share of the ruler, measured within the same minutes
+
+
+def reference(entry: dict[str, Any]) -> dict[int, tuple[float, float | None, list[float]]]:
+    """Per ladder count: the mean of the ruler's runs over every pass, their relative standard deviation, the runs
+    (the top-up's runs of the same count included)."""
+    runs: dict[int, list[float]] = {}
+    for p in entry["passes"]:
+        for n, xs in p["runs"].items():
+            runs.setdefault(int(n), []).extend(xs)
+    for n, xs in (entry.get("topup") or {}).get("runs", {}).items():
+        runs.setdefault(int(n), []).extend(xs)
+    out = {}
+    for n, xs in sorted(runs.items()):
+        mean = statistics.fmean(xs)
+        out[n] = (mean, statistics.stdev(xs) / mean if len(xs) > 1 else None, xs)
+    return out
+
+
+def bracket(entry: dict[str, Any], segment: int, n: int) -> float | None:
+    """The ruler's mean at `n` over the two passes around a segment (the minutes a loadertop sweep ran in)."""
+    around = [p["runs"].get(str(n), p["runs"].get(n)) for p in entry["passes"][segment : segment + 2]]
+    xs = [x for r in around if r for x in r]
+    return statistics.fmean(xs) if xs else None
+
+
+def trials_of(run: dict[str, Any]) -> list[TrialResult]:
+    return [t for t in SweepResult.from_dict(run["result"]).trials if t.status == "ok" and t.samples_per_s]
+
+
+def kind(t: TrialResult) -> str:
+    """How a trial was measured: decided early, on parked (warm) workers, or in full."""
+    return "d" if t.decided else "w" if t.warm else ""
+
+
+def ratios(entry: dict[str, Any]) -> list[tuple[str, int, float, float]]:
+    """(source, workers, figure, figure ÷ bracket) for every figure loadertop reported at a ladder count: the grid's
+    trials, each search's trials and its recommendation."""
+    out = []
+    if "grid" in entry:
+        for t in trials_of(entry["grid"]):
+            if (ref := bracket(entry, 0, t.config.num_workers)) is not None:
+                out.append(("grid", t.config.num_workers, float(t.samples_per_s or 0), (t.samples_per_s or 0) / ref))
+    for i, s in enumerate(entry["searches"]):
+        seg = s["segment"]
+        for t in trials_of(s):
+            if (ref := bracket(entry, seg, t.config.num_workers)) is not None:
+                label = f"search {i + 1}" + (f" ({kind(t)})" if kind(t) else "")
+                out.append((label, t.config.num_workers, float(t.samples_per_s or 0), (t.samples_per_s or 0) / ref))
+        rec = SweepResult.from_dict(s["result"]).recommendation
+        if rec is not None and (ref := bracket(entry, seg, rec.config.num_workers)) is not None:
+            out.append((f"search {i + 1} pick", rec.config.num_workers, rec.samples_per_s, rec.samples_per_s / ref))
+    return out
+
+
+def accuracy(entry: dict[str, Any], pick: int | None) -> float | None:
+    ref = reference(entry)
+    if pick is None or pick not in ref:
+        return None
+    return ref[pick][0] / max(m for m, _, _ in ref.values())
+
+
+def cost(entry: dict[str, Any], search: dict[str, Any]) -> tuple[float | None, float | None]:
+    """(÷ the exhaustive loadertop grid's wall, ÷ an exhaustive plain-loop grid's wall over 0-32)."""
+    grid = entry.get("exhaustive_wall_s")
+    walls: dict[int, list[float]] = {}
+    for p in entry["passes"]:
+        for n, w in p["run_wall_s"].items():
+            walls.setdefault(int(n), []).append(w)
+    plain = None
+    if walls:
+        known = sorted((n, statistics.fmean(ws)) for n, ws in walls.items())
+        plain = sum(_interpolate(known, n) for n in range(33))
+    return (search["wall_s"] / grid if grid else None, search["wall_s"] / plain if plain else None)
+
+
+def _interpolate(known: list[tuple[int, float]], n: int) -> float:
+    for (a, wa), (b, wb) in itertools.pairwise(known):
+        if a <= n <= b:
+            return wa + (wb - wa) * (n - a) / (b - a)
+    return known[-1][1] if n > known[-1][0] else known[0][1]
+
+
+def picks_and_sets(entry: dict[str, Any]) -> list[tuple[int | None, list[int], bool]]:
+    out = []
+    for s in entry["searches"]:
+        rec = SweepResult.from_dict(s["result"]).recommendation
+        if rec is None:
+            out.append((None, [], False))
+            continue
+        counts = sorted({c.num_workers for c in rec.equivalent} | {rec.config.num_workers})
+        out.append((rec.config.num_workers, counts, rec.close))
+    return out
+
+
+def mutual(entry: dict[str, Any]) -> bool:
+    rows = picks_and_sets(entry)
+    return bool(rows) and all(p is not None and p in sets for p, _, _ in rows for _, sets, _ in rows)
+
+
+def fmt(x: float | None, spec: str = ".2f") -> str:
+    return "–" if x is None else format(x, spec)
 
 
 def render(state: dict[str, Any]) -> str:
     lines = [
-        "# The adaptive search, run again and again: accuracy, cost and reproducibility",
+        "# The adaptive search against an independent ruler",
         "",
         "Produced by `python benchmarks/search_repro.py` (its docstring says how); raw numbers in "
-        "`repro_results.json`. Real DataLoaders and worker processes throughout. accuracy = the reference mean at a "
-        f"run's pick ÷ the best reference mean (target ≥ {ACCURACY_TARGET}); cost = the run's wall time ÷ the "
-        f"exhaustive grid's (target ≤ {COST_TARGET}); mutual = every run's pick lies in every run's `equivalent` set.",
+        "`repro_results.json`. The ruler is `benchmarks/ruler.py`: a plain training loop that shares no "
+        "measurement code with loadertop (a fresh DataLoader per run, `for batch in loader`, `perf_counter`, the "
+        "start-up buffer skipped, 10 s timed). Per workload: ruler pass 0, loadertop's grid, search 1, pass 1, "
+        "search 2, pass 2, search 3, pass 3; a loadertop figure is divided by the mean of the two passes around it "
+        "(the same minutes). Real DataLoaders and worker processes throughout; 2 CPUs, no GPU.",
         "",
-        *[f"- {note}" for note in state.get("notes", [])],
-        "",
-        "## Sessions",
-        "",
-        *[f"- {s['started']} → {s.get('finished', '(cut short)')}, search code {s['code']}" for s in
-          state.get("sessions", [])],
+        f"accuracy = the ruler's mean at the pick ÷ its best mean (target ≥ {ACCURACY_TARGET}); cost = the search's "
+        f"wall time ÷ the exhaustive 0-32 loadertop grid's (target ≤ {COST_TARGET}), and ÷ an exhaustive 0-32 "
+        "plain-loop grid's (the ruler's per-run wall, interpolated); mutual = every run's pick lies in every run's "
+        f"equivalence set; fidelity = the figures loadertop reported within {FIDELITY[0]}–{FIDELITY[1]} of the ruler.",
         "",
         "## Summary",
         "",
-        "| workload | picks (workers) | mutual | worst accuracy | worst cost | targets met |",
-        "|---|---|---|---|---|---|",
-    ]  # fmt: skip
-    scores = {key: workload_score(e) for key, e in state["workloads"].items() if e.get("searches")}
-    for key, s in scores.items():
-        entry = state["workloads"][key]
-        picks = ", ".join(str(r["pick"]) for r in s["runs"])
+        "| workload | ruler best | picks | sets | mutual | accuracy | cost (grid / plain loop) | fidelity |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in state["workloads"].values():
+        if not entry.get("passes") or not entry.get("searches"):
+            continue
+        ref = reference(entry)
+        best = max(ref, key=lambda n: ref[n][0])
+        rows = picks_and_sets(entry)
+        accs = [accuracy(entry, p) for p, _, _ in rows]
+        costs = [cost(entry, s) for s in entry["searches"]]
+        rs = ratios(entry)
+        inside = sum(1 for *_, r in rs if FIDELITY[0] <= r <= FIDELITY[1])
+        sets = " ".join("{" + ", ".join(map(str, s)) + "}" for _, s, _ in rows)
         lines.append(
-            f"| {entry['title']} | {picks} | {'yes' if s['mutual'] else 'no'} | **{fmt(s['worst_accuracy'])}** "
-            f"| **{fmt(s['worst_cost'])}** | {'yes' if s['meets_targets'] else 'no'} |"
+            f"| {entry['title']} | {best} ({ref[best][0]:.0f}/s) | {', '.join(str(p) for p, _, _ in rows)} "
+            f"| {sets} | {'yes' if mutual(entry) else 'no'} "
+            f"| {', '.join(fmt(a) for a in accs)} | {', '.join(f'{fmt(g)} / {fmt(p)}' for g, p in costs)} "
+            f"| {inside}/{len(rs)} |"
         )
     lines.append("")
     for key, entry in state["workloads"].items():
-        lines += section(entry, scores.get(key))
+        if entry.get("passes"):
+            lines += workload_lines(key, entry)
     return "\n".join(lines) + "\n"
 
 
-def section(entry: dict[str, Any], score: dict[str, Any] | None) -> list[str]:
-    grid, ref = entry.get("grid"), entry.get("reference")
-    out = [f"## {entry['title']}", "", f"`{entry['spec']}`, batch {entry['batch_size']}: {entry['why']}.", ""]
-    if grid:
-        g_load = grid.get("load") or [0, 0]
+def workload_lines(key: str, entry: dict[str, Any]) -> list[str]:
+    ref = reference(entry)
+    passes = entry["passes"]
+    out = [
+        f"## {entry['title']} (`{key}`)",
+        "",
+        f"`{entry['spec']}`, batch {entry['batch_size']}"
+        + (f", a {entry['step_ms']:g} ms step" if entry.get("step_ms") else "")
+        + f": {entry['why']}.",
+        "",
+        "- ruler passes: "
+        + "; ".join(f"{p['at']} ({p['wall_s']:.0f} s, load {p['load'][0]:.1f}→{p['load'][1]:.1f})" for p in passes),
+        f"- exhaustive loadertop grid 0-32: {fmt(entry.get('exhaustive_wall_s'), '.0f')} s, "
+        f"{entry.get('exhaustive_from', '–')}",
+        "",
+        "Each cell: samples/s (÷ the ruler's mean over the two passes around it). d: a trial decided early; w: on "
+        "parked workers; ★: the figure the recommendation quotes (the mean of its runs).",
+        "",
+        "| workers | ruler runs | ruler mean ± sd | grid | "
+        + " | ".join(f"search {i + 1}" for i in range(len(entry["searches"])))
+        + " |",
+        "|---|---|---|---|" + "---|" * len(entry["searches"]),
+    ]
+    grid = {t.config.num_workers: t for t in trials_of(entry["grid"])} if "grid" in entry else {}
+    for n, (mean, sd, xs) in ref.items():
+        g = grid.get(n)
+        cells = [_cell(entry, 0, g) if g else "–"]
+        for s in entry["searches"]:
+            ts = [t for t in trials_of(s) if t.config.num_workers == n]
+            rec = SweepResult.from_dict(s["result"]).recommendation
+            parts = [_cell(entry, s["segment"], t) for t in ts]
+            if rec is not None and rec.config.num_workers == n:
+                b = bracket(entry, s["segment"], n)
+                parts.append(f"★ {rec.samples_per_s:.0f} ({fmt(rec.samples_per_s / b if b else None)})")
+            cells.append("; ".join(parts) or "–")
+        out.append(f"| {n} | {', '.join(f'{x:.0f}' for x in xs)} | {mean:.0f} ± {fmt(sd and 100 * sd, '.1f')}% "
+                   f"| {' | '.join(cells)} |")  # fmt: skip
+    out += ["", "Search runs:", "", "| run | pick | equivalence set | accuracy | cost (grid / plain loop) | trials "
+            "| wall s | load | code |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for i, (s, (p, sets, close)) in enumerate(zip(entry["searches"], picks_and_sets(entry), strict=True)):
+        g, pl = cost(entry, s)
         out.append(
-            f"- grid: {len(grid['trials'])} trials in {grid['bench_wall_s']:.0f} s (load {g_load[0]:.1f}→"
-            f"{g_load[1]:.1f}), {entry.get('grid_from', '')}; trial length {grid['settings']['trial_seconds']:g} s"
+            f"| {i + 1} | {p} | {', '.join(map(str, sets))}{' (close call)' if close else ''} "
+            f"| {fmt(accuracy(entry, p))} | {fmt(g)} / {fmt(pl)} | {len(trials_of(s))} | {s['wall_s']:.0f} "
+            f"| {s['load'][0]:.1f}→{s['load'][1]:.1f} | {s.get('code', '–')} |"
         )
-    if ref:
-        load = ref.get("load") or [0, 0]
-        out += [
-            f"- reference with repeats: best {ref['best_n']} workers ({fmt(ref['best'], '.0f')}/s), in "
-            f"{ref['wall_s']:.0f} s (load {load[0]:.1f}→{load[1]:.1f})",
-            "",
-            *reference_rows(relabel(ref)),
-            "",
-        ]
-    if score:
-        out += [
-            f"Search runs (mutual: {'yes' if score['mutual'] else 'no'}"
-            + (f"; pick i not in run j's set for (i, j) = {score['misses']}" if score["misses"] else "")
-            + "):",
-            "",
-            "| run | pick | equivalent set | close call | accuracy (from) | cost | trials (repeats) | wall s | load "
-            "| code |",
-            "|---|---|---|---|---|---|---|---|---|---|",
-        ]
-        for i, (r, s) in enumerate(zip(score["runs"], entry["searches"], strict=True)):
-            load = r["load"] or [0, 0]
-            out.append(
-                f"| {i + 1} | {r['pick']} | {', '.join(map(str, r['equivalent']))} | {'yes' if r['close'] else 'no'} "
-                f"| **{fmt(r['accuracy'])}** ({r['accuracy_from'] or '–'}) | **{fmt(r['cost'])}** "
-                f"| {r['trials']} ({r['repeats']}) | {r['wall_s']:.0f} | {load[0]:.1f}→{load[1]:.1f} "
-                f"| {s.get('code', '?')} |"
-            )
-        out.append("")
-    out += earlier_lines(entry)
+    out += ["", "Their traces (search notes):", ""]
+    for i, s in enumerate(entry["searches"]):
+        out.append(f"run {i + 1}:")
+        out.append("```")
+        out += [n for n in s.get("notices", []) if n.startswith("search (")]
+        rec = SweepResult.from_dict(s["result"]).recommendation
+        out.append(f"recommendation: {rec.reason if rec else '–'}")
+        out += ["```", ""]
     return out
 
 
-def earlier_lines(entry: dict[str, Any]) -> list[str]:
-    """Search runs set aside by --fresh (an older search code), one line per set, against the same reference."""
-    lines = []
-    for searches in entry.get("earlier", []):
-        s = workload_score({**entry, "searches": searches})
-        codes = ", ".join(sorted({str(x.get("code", "?")) for x in searches}))
-        lines.append(
-            f"- earlier runs (search code {codes}): picks {', '.join(str(r['pick']) for r in s['runs'])}; mutual "
-            f"{'yes' if s['mutual'] else 'no'}; accuracy {', '.join(fmt(r['accuracy']) for r in s['runs'])}; cost "
-            f"{', '.join(fmt(r['cost']) for r in s['runs'])}"
-        )
-    return [*lines, ""] if lines else []
-
-
-def relabel(ref: dict[str, Any]) -> dict[str, Any]:
-    """A reference reused from search_bench.py marks the pick of the search it was measured with: say so."""
-    rows = [
-        {**row, "picks": ["an earlier search's pick" if p == "adaptive pick" else p for p in row["picks"]]}
-        for row in ref["candidates"]
-    ]
-    return {**ref, "candidates": rows}
+def _cell(entry: dict[str, Any], segment: int, t: TrialResult) -> str:
+    b = bracket(entry, segment, t.config.num_workers)
+    mark = f" {kind(t)}" if kind(t) else ""
+    return f"{t.samples_per_s:.0f} ({fmt((t.samples_per_s or 0) / b if b else None)}){mark}"

@@ -147,6 +147,26 @@ WORKLOADS = (
         "torchvision.datasets.ImageFolder over 2500 generated JPEGs (256-500 px a side, 10 classes) with "
         "RandomResizedCrop(224), RandomHorizontalFlip, ToTensor, Normalize: decode and resample on the CPU",
     ),
+    # The two below are a user's own pipelines: saturated CPUs with large float batches crossing to the main process,
+    # and audio (the `bench` extra: soundfile, librosa).
+    Workload(
+        "decode",
+        "JPEG decode to large float batches (Pillow)",
+        "{here}/workloads/decode_float.py:decode",
+        32,
+        0.0,
+        "Pillow decodes a 500×375 JPEG, crops 60-100% of it at random and resizes it to 160×160, a 3×160×160 float32 "
+        "tensor: 9.8 MB a batch crosses from each worker to the main process, 62 batches an epoch",
+    ),
+    Workload(
+        "audio",
+        "audio, soundfile + log-mel + masking",
+        "{here}/workloads/audio_logmel.py:audio",
+        32,
+        0.0,
+        "soundfile reads a 2 s 16 kHz WAV, a 64-band log-mel spectrogram (torch.stft, librosa's filter bank), one "
+        "time and one frequency mask; 400 clips, 12 batches an epoch: the epoch boundary is a large share",
+    ),
     Workload(
         "text",
         "text, BPE tokenizer (tokenizers)",
