@@ -104,6 +104,14 @@ WORKLOADS = (
         "combined CPU meets the 2 cores",
     ),
     Workload(
+        "io6",
+        "I/O-bound, sleep-like waits (6 ms a sample)",
+        "synthetic:io_ms=6,cpu_ms=0.25,kb=16",
+        32,
+        0.0,
+        "each sample sleeps 6 ms (a read from remote storage) and works 0.25 ms: workers wait, they do not compute",
+    ),
+    Workload(
         "cpu",
         "CPU-bound cost model",
         "synthetic:cpu_ms=4,io_ms=0,kb=64",

@@ -139,3 +139,18 @@ def test_a_span_with_many_waits_sends_their_order_statistics() -> None:
     (steps,) = [m for m in recorder.drain(now=1.0) if isinstance(m, JobSteps)]
     assert len(steps.waits_ms) == WAITS_SENT and steps.waits_ms[0] == 0.0 and steps.waits_ms[-1] == 3 * WAITS_SENT - 1
     assert figures.quantile(steps.waits_ms, 0.5) == pytest.approx(steps.wait_ms_p50, rel=0.01)
+
+
+def test_a_trial_decides_early_only_with_the_blocks_a_settled_run_has() -> None:
+    from loadertop.core.model.config import Settings
+    from loadertop.core.trial.measure import MeasuredLoop
+
+    loop = MeasuredLoop.__new__(MeasuredLoop)  # only its decision rule: no loader
+    loop.settings, loop.decide = Settings(min_blocks=5), (None, 100.0)
+    tally = _Tally()
+    for rate in (150.0, 160.0, 90.0, 170.0, 180.0, 175.0):
+        tally.add(_Timed(figures.Block(10, int(rate), 0.5, 0.5, 1.0)))
+        decided = loop._decided(tally)
+        # three blocks in a row above 100 samples/s after the fifth: never on the first three, however clear
+        assert decided == (len(tally.blocks) >= 5 and min(tally.rates[-3:]) > 100.0)
+    assert decided

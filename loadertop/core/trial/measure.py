@@ -285,10 +285,12 @@ class MeasuredLoop:
         return f"{head}: {self.batches} batches arrived ({buffer}); try a longer --trial-seconds"
 
     def _decided(self, tally: _Tally) -> bool:
-        """Whether the last DECIDE_BLOCKS blocks all lie beyond one edge of the decision the trial is measured for:
-        more blocks would not change it (a settled trial needs min_blocks; a noisy one runs to its deadline)."""
+        """Whether, with as many blocks as a settled run has (min_blocks), the last DECIDE_BLOCKS all lie beyond one
+        edge of the decision the trial is measured for: more blocks of a noisy run would not change it. Fewer blocks
+        would decide sooner, but their figure is no run's: three blocks after the start-up buffer differ from a plain
+        loop's ten seconds by ±9% where five differ by ±3% (benchmarks/REPRO.md), and the figure is reported."""
         below, above = self.decide
-        if len(tally.blocks) < DECIDE_BLOCKS or (below is None and above is None):
+        if len(tally.blocks) < max(DECIDE_BLOCKS, self.settings.min_blocks) or (below is None and above is None):
             return False
         recent = tally.rates[-DECIDE_BLOCKS:]
         return (above is not None and min(recent) > above) or (below is not None and max(recent) < below)

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.protocol import Emit, Epoch, Started, TrialNotice, Workers
+from loadertop.core.model.protocol import Emit, Epoch, Finished, Started, TrialNotice, Workers
 from loadertop.core.trial.loader import EpochControl
 from loadertop.core.trial.measure import MeasuredLoop
 
@@ -76,13 +76,27 @@ def measure(
     emit(Started(tuple(loop.worker_pids()), first, loop.batch_mb))
     for warning in loop.warm_up():
         emit(TrialNotice(warning))
-    emit(loop.blocks(emit))
+    finished = loop.blocks(emit)
+    emit(finished)
     # After Finished: the window is closed, so the restart's CPU burst and new workers stay out of the trial's CPU
     # and memory figures. New workers are in the trial's process group all the same.
     loop.on_new_workers = None
-    loop.boundary_s = loop.epoch_boundary()
+    loop.boundary_s = loop.epoch_boundary() if boundary_matters(finished, settings) else None
     emit(Epoch(loop.boundary_s))
     return loop
+
+
+BOUNDARY_WORTH = 0.01  # an epoch boundary likely under this share of an epoch is not measured (boundary_matters)
+
+
+def boundary_matters(finished: Finished, settings: Settings) -> bool:
+    """Whether the epoch boundary could weigh in what training sees: its likely cost, the first batch's wait
+    (iter() starts the workers as a new epoch does), against an epoch's length. Under BOUNDARY_WORTH of a long epoch
+    it is not worth the second or more its measurement takes at many workers, unless persistent_workers is swept:
+    the boundary is what it changes."""
+    if len(settings.persistent_workers) > 1 or not finished.epoch_batches or finished.batches_per_s <= 0:
+        return True
+    return finished.first_batch_s * finished.batches_per_s / finished.epoch_batches >= BOUNDARY_WORTH
 
 
 def measure_again(loop: MeasuredLoop, emit: Emit) -> None:

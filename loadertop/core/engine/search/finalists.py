@@ -14,6 +14,7 @@ workers away is not worth a duel (30 vs 32 workers: repeats would cost more than
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 
 from loadertop.core.engine.verdict.band import SURE, Noise, Z, choose_merged, finished, merge_repeats
@@ -25,6 +26,7 @@ RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best cou
 DUEL_PRECISION = 0.2  # ... unless its worker count is this close to the choice's (30 vs 32 workers: no duel)
 MAX_RUNS = 6  # runs of one finalist (its first included): the repeat cap of a duel
 MAX_DUELS = 3
+FUTILE_AFTER = 2  # rounds of a duel before it may stop as unable to settle by its cap (_futile)
 MAX_REPEATS = 16  # trials the whole phase may add ...
 REPEAT_SHARE, MIN_REPEATS = 4, 4  # ... and on a short range one per 4 worker counts (at least 4): its grid is cheap
 
@@ -38,7 +40,8 @@ def duels(
     generator resumes."""
     fought: set[frozenset[TrialConfig]] = set()
     spent = 0
-    if budget > 0 and (probe := _noise_probe(done(), tolerance)) is not None:
+    no_duel = _finalists(done(), tolerance, fought, lambda *_: None) is None  # a duel would measure the noise
+    if budget > 0 and no_duel and (probe := _noise_probe(done(), tolerance)) is not None:
         note("repeat", _probe_text(probe), probe.config.label())
         yield probe.config
         spent += 1
@@ -48,7 +51,7 @@ def duels(
             return
         a, b = pair
         fought.add(frozenset((a.config, b.config)))
-        verdict, rounds = None, 0
+        verdict, rounds, futile = None, 0, False
         while verdict is None and spent < budget:
             noise = Noise.of(done(), tolerance)
             eligible = [t for t in _pair_order(a, b, noise) if noise.count(t) < MAX_RUNS]
@@ -62,8 +65,21 @@ def duels(
             rounds += 1
             a, b = _latest(done(), a.config), _latest(done(), b.config)
             verdict = _verdict(a, b, Noise.of(done(), tolerance))
+            futile = verdict is None and rounds >= FUTILE_AFTER and _futile(a, b, Noise.of(done(), tolerance))
+            if futile:
+                break
         if rounds:
-            note("repeat", verdict or _undecided(a, b, Noise.of(done(), tolerance)), None)
+            note("repeat", verdict or _undecided(a, b, Noise.of(done(), tolerance), futile), None)
+
+
+def _futile(a: TrialResult, b: TrialResult, noise: Noise) -> bool:
+    """Whether the duel cannot settle by its cap unless the means move: their difference lies closer to the band's
+    edge than Z standard errors would be with MAX_RUNS runs of each. Repeats spent then buy nothing but time."""
+    if not sps(b):
+        return False
+    edge = abs(sps(a) / sps(b) - 1.0 + noise.band(a, b))
+    at_cap = math.sqrt(noise.level(a) ** 2 / MAX_RUNS + noise.level(b) ** 2 / MAX_RUNS)
+    return edge < Z * at_cap
 
 
 def _noise_probe(done: Sequence[TrialResult], tolerance: float) -> TrialResult | None:
@@ -169,7 +185,7 @@ def _cheaper_holds(a: TrialResult, diff: float, se: float, band: float) -> str:
     return f"the loss is smaller than the {pct(band)} band: within noise of each other"
 
 
-def _undecided(a: TrialResult, b: TrialResult, noise: Noise) -> str:
+def _undecided(a: TrialResult, b: TrialResult, noise: Noise, futile: bool = False) -> str:
     diff = sps(a) / sps(b) - 1.0 if sps(b) else 0.0
     band, se = noise.band(a, b), noise.stderr(a, b)
     head = _head(a, b, diff, se, noise)
@@ -183,6 +199,9 @@ def _undecided(a: TrialResult, b: TrialResult, noise: Noise) -> str:
         )
     else:
         side = f"outside the {pct(band)} band"
+    if futile:
+        cap = f"{MAX_RUNS} runs of each would not settle it at this noise"
+        return f"{head}: undecided, and {cap}; the means decide: {side}"
     return f"{head}: undecided at the repeat cap, a close call; the means decide: {side}"
 
 
