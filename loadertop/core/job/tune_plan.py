@@ -16,10 +16,21 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.search import BUDGET, AdaptivePlanner, Stop, UserArgs, analyze, noise_band, pct, snippet
+from loadertop.core.engine.search import (
+    BUDGET,
+    TUNE_TERMS,
+    AdaptivePlanner,
+    Stop,
+    UserArgs,
+    analyze,
+    noise_band,
+    pct,
+    snippet,
+)
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import DEFAULT_PREFETCH, Settings, TrialConfig, adaptive_cap
+from loadertop.core.model.figures import at_least_within
 from loadertop.core.model.results import Ceiling, MachineInfo, TrialResult
 
 SPAN_SHARE = 1 / 12  # a configuration's measured span, as a share of the budget ...
@@ -174,25 +185,20 @@ class Tuner:
         measured = [t.config.num_workers for t in self.results if t.status == "ok"]
         budget_ended = self._climbing and bool(measured) and max(measured) < max(self.settings.workers)
         stop = Stop("", BUDGET, max(measured)).step() if budget_ended else None  # the budget, not the range
-        rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop)[1]
+        rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop, TUNE_TERMS)[1]
         if rec is None:
             return Choice(
                 fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
             )
         ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
         share = f", {pct(rec.samples_per_s / ceiling)} of what the training step can take" if ceiling else ""
-        reason = self._count_reason(rec.config, rec.samples_per_s) or rec.reason
         kept = self.results[rec.trial_index]
-        if ceiling and rec.samples_per_s >= ceiling * (1.0 - noise_band(self.settings.tolerance, kept)):
+        if ceiling and at_least_within(rec.samples_per_s, ceiling, noise_band(self.settings.tolerance, kept)):
             # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
             share += " (within noise of its ceiling: more workers cannot make the step faster)"
-            reason = reason.replace("; try a wider --workers range", "")
-        # The sweep's words for its range and budget are tune's max_workers and budget_s
-        reason = (
-            reason.replace("a wider --workers range", "a larger max_workers")
-            .replace("a --workers range", "max_workers")
-            .replace("(a larger budget)", "(a larger budget_s)")
-        )
+            quiet = dataclasses.replace(TUNE_TERMS, wider="")
+            rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop, quiet)[1] or rec
+        reason = self._count_reason(rec.config, rec.samples_per_s) or rec.reason
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
         if left := self._unmeasured(rec.config):  # the reason's rule held over what was measured, not over all
             why += f"; the budget ended before {left} could be measured (a larger budget_s measures them)"
@@ -208,7 +214,7 @@ class Tuner:
             return None
         on_climb = [t for t in self.results if t.config.num_workers == 0 or
                     (t.config.prefetch_factor == pf and t.config.pin_memory == pin)]  # fmt: skip
-        base = analyze(on_climb, self.settings, self.machine, self.ceilings())[1]
+        base = analyze(on_climb, self.settings, self.machine, self.ceilings(), terms=TUNE_TERMS)[1]
         if base is None or base.config.num_workers != config.num_workers or not samples_per_s:
             return None
         changed = [f"{k}={getattr(config, k)}" for k in ("prefetch_factor", "pin_memory")

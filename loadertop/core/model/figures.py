@@ -190,3 +190,8 @@ def relative_gap(a: float, b: float) -> float:
 def at_least_within(a: float, b: float, band: float) -> bool:
     """Whether `a` is at least `b` less the relative band: as fast within the band (faster counts too)."""
     return a >= b * (1.0 - band)
+
+
+def faster_beyond(a: float, b: float, band: float) -> bool:
+    """Whether `a` is faster than `b` by more than the relative band."""
+    return a > b * (1.0 + band)

@@ -10,7 +10,7 @@ from loadertop.core.engine.search.adaptive import AdaptivePlanner
 from loadertop.core.engine.verdict.analysis import analyze
 from loadertop.core.engine.verdict.band import noise_band
 from loadertop.core.engine.verdict.snippet import UserArgs, snippet
-from loadertop.core.engine.verdict.stops import BUDGET, Stop
+from loadertop.core.engine.verdict.stops import BUDGET, TUNE_TERMS, Stop
 from loadertop.core.engine.wording import pct
 
-__all__ = ["BUDGET", "AdaptivePlanner", "Stop", "UserArgs", "analyze", "noise_band", "pct", "snippet"]
+__all__ = ["BUDGET", "TUNE_TERMS", "AdaptivePlanner", "Stop", "UserArgs", "analyze", "noise_band", "pct", "snippet"]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from loadertop.core.engine.verdict.band import SURE, Noise, Z, choose_merged, finished, merge_repeats
 from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.figures import at_least_within
 from loadertop.core.model.results import TrialResult
 
 RIVAL_BANDS = 2.0  # a configuration within twice the noise band of the best could swap places on a second run
@@ -114,7 +115,9 @@ def _finalists(
     near: list[TrialResult] = []  # cheaper contenders a few workers from the choice: not worth a duel
     if rival is None:
         others = [
-            t for t in ok if t.config != c.config and sps(t) >= sps(best) * (1.0 - RIVAL_BANDS * noise.band(t, best))
+            t
+            for t in ok
+            if t.config != c.config and at_least_within(sps(t), sps(best), RIVAL_BANDS * noise.band(t, best))
         ]
         # A cheaper contender a few workers from the choice would save too little to be worth repeats. (A choice
         # that is itself the cheaper one still meets the best: whether it is surely within the band is its accuracy.)

@@ -32,10 +32,11 @@ from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.reasons import bound_phrase, epoch_bound, has_cuda, oversubscribed
 from loadertop.core.engine.verdict.snippet import snippet
-from loadertop.core.engine.verdict.stops import stop_clause
+from loadertop.core.engine.verdict.stops import SWEEP_TERMS, Terms, stop_clause
 from loadertop.core.engine.verdict.transport_bound import transport_reason
 from loadertop.core.engine.wording import NONE, pct, sps, workers
 from loadertop.core.model.config import Settings
+from loadertop.core.model.figures import at_least_within, faster_beyond
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ def analyze(
     machine: MachineInfo,
     ceilings: Sequence[Ceiling] = (),
     stop: SearchStep | None = None,  # how the search's climb stopped (verdict/stops.py last_stop); None for a grid
+    terms: Terms = SWEEP_TERMS,  # how the reason names the range and the budget (tune has its own)
 ) -> tuple[Knee | None, Recommendation | None]:
     """The knee of the recommended configuration's worker curve, and the cheapest configuration within noise of
     the fastest. (None, None) when no trial finished with a throughput. Repeats of a configuration count once."""
@@ -64,7 +66,7 @@ def analyze(
     curve = curve_of(ok, rec)
     top = max(settings.workers, default=None)
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(
-        rec, best, ok, curve, noise, machine, (stop, top)
+        rec, best, ok, curve, noise, machine, (stop, top), terms
     )
     if doubt := inconclusive(noise, rec, best, tol):
         reason = f"{doubt}; {reason}"
@@ -136,7 +138,7 @@ def _unordered_gain(rec: TrialResult, ok: list[TrialResult], tol: float) -> str:
     """When in_order=False beats the same configuration in order by more than the noise band, the clause that
     says so; else nothing."""
     twin = _twin(rec, ok, in_order=True) if not rec.config.in_order else None
-    if twin is None or not sps(twin) or sps(rec) <= sps(twin) * (1.0 + noise_band(tol, rec, twin)):
+    if twin is None or not sps(twin) or not faster_beyond(sps(rec), sps(twin), noise_band(tol, rec, twin)):
         return ""
     tails = ""
     if rec.wait_ms_p99 is not None and twin.wait_ms_p99 is not None:
@@ -246,6 +248,7 @@ def _recommendation_reason(
     noise: Noise,
     machine: MachineInfo,
     end: tuple[SearchStep | None, int | None] = (None, None),
+    terms: Terms = SWEEP_TERMS,
 ) -> str:
     """Why `rec`: what bounds it, then what costs more than it and does not pay for it (the tail). `end`: how the
     search stopped and the top of the --workers range."""
@@ -258,10 +261,10 @@ def _recommendation_reason(
     tail = _tail(rec, best, curve, noise, who)
     nw = rec.config.num_workers
     if nw == 0:
-        return _zero_workers_reason(rec, ok, noise, tail, who)
+        return _zero_workers_reason(rec, ok, noise, tail, who, terms)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
         fewer_within = any(t.config.num_workers < nw and noise.within(t, rec) for t in curve)
-        return _still_rising_reason(rec, band, machine, fewer_within, *end)
+        return _still_rising_reason(rec, band, machine, fewer_within, *end, terms=terms)
     epoch = epoch_bound(rec)  # what bounds its row in the table comes first there, so here too
     return f"{epoch}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
 
@@ -286,7 +289,9 @@ def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: 
     return "; ".join(clauses) if clauses else f"no other configuration measured within {pct(band)}"
 
 
-def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], noise: Noise, tail: str, who: Name) -> str:
+def _zero_workers_reason(
+    rec: TrialResult, ok: list[TrialResult], noise: Noise, tail: str, who: Name, terms: Terms
+) -> str:
     band = noise.band(rec, rec)
     with_workers = [t for t in ok if t.config.num_workers > 0]
     if not with_workers:
@@ -296,7 +301,7 @@ def _zero_workers_reason(rec: TrialResult, ok: list[TrialResult], noise: Noise, 
                 f"consumer-bound: 0 workers already deliver {pct(share)} of the {sps(rec) / share:.0f} "
                 "samples/s the training step can take (its ceiling): workers cannot make it faster"
             )
-        return f"only 0 workers measured ({sps(rec):.0f} samples/s); try a --workers range"
+        return f"only 0 workers measured ({sps(rec):.0f} samples/s); try {terms.some_range}"
     top = max(with_workers, key=sps)
     if sps(rec) >= sps(top):
         versus = (
@@ -319,6 +324,7 @@ def _still_rising_reason(
     fewer_within: bool,
     stop: SearchStep | None = None,
     top: int | None = None,
+    terms: Terms = SWEEP_TERMS,
 ) -> str:
     """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
     the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py).
@@ -336,8 +342,8 @@ def _still_rising_reason(
     within = f"fewer within noise, none surely within {pct(band)}" if fewer_within else f"no fewer within {pct(band)}"
     if top is None or n >= top:  # the top of the range measured and fastest: only then is the range too narrow
         rising = f"throughput still rising at {workers(n)} (the largest tried; {within})"
-        return f"{kind}: {rising}; try a wider --workers range"
-    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {stop_clause(stop, n, top)}"
+        return f"{kind}: {rising}" + (f"; try {terms.wider}" if terms.wider else "")
+    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {stop_clause(stop, n, top, terms)}"
 
 
 def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine: MachineInfo) -> str:
@@ -398,7 +404,7 @@ def _comparison(other: TrialResult, rec: TrialResult, noise: Noise, name: str) -
         if extra >= 1.0:
             mem = f"add {extra:.0f} MB and "
     verb = mem or "add "
-    if a >= b * (1.0 - band):
+    if at_least_within(a, b, band):
         return f"{name} {verb}no speed ({a:.0f} vs {b:.0f} samples/s, within {pct(band)})"
     gap = f"{pct(a / b - 1.0, signed=True)} ± {pct(Z * noise.stderr(other, rec))}"
     if noise.surely_slower(other, rec):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from loadertop.core.engine.verdict.memory import own_memory
 from loadertop.core.engine.wording import pct, sps
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.figures import between_runs, mean_of, relative_gap
+from loadertop.core.model.figures import at_least_within, between_runs, mean_of, relative_gap
 from loadertop.core.model.results import TrialResult
 
 BAND_CAP = 3.0  # the noise band is at most this many times the tolerance (15% by default)
@@ -42,7 +42,7 @@ def noise_band(tolerance: float, *trials: TrialResult) -> float:
 
 def within_band(t: TrialResult, ref: TrialResult, tolerance: float) -> bool:
     """Whether `t` is as fast as `ref` within their noise band (faster counts too)."""
-    return sps(t) >= sps(ref) * (1.0 - noise_band(tolerance, t, ref))
+    return at_least_within(sps(t), sps(ref), noise_band(tolerance, t, ref))
 
 
 def finished(trials: Sequence[TrialResult]) -> list[TrialResult]:
@@ -106,7 +106,7 @@ class Noise:
 
     def within(self, t: TrialResult, ref: TrialResult) -> bool:
         """Whether `t` is as fast as `ref` within their band (faster counts too)."""
-        return sps(t) >= sps(ref) * (1.0 - self.band(t, ref))
+        return at_least_within(sps(t), sps(ref), self.band(t, ref))
 
     def surely_outside(self, t: TrialResult, ref: TrialResult) -> bool:
         """Whether `t` is slower than `ref` by more than their band, beyond Z standard errors of the difference of
@@ -137,7 +137,7 @@ class Noise:
             return True
         if self.count(t) == 1 and self.count(ref) == 1:
             return self.within(t, ref)
-        return sps(t) >= sps(ref) * (1.0 - self.band(t, ref) + SURE * self.stderr(t, ref))
+        return at_least_within(sps(t), sps(ref), self.band(t, ref) - SURE * self.stderr(t, ref))
 
 
 def _mean_se(t: TrialResult) -> float:

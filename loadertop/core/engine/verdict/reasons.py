@@ -17,6 +17,7 @@ from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, tra
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, on_curve
+from loadertop.core.model.figures import at_least_within
 from loadertop.core.model.results import Ceiling, MachineInfo, TrialResult
 
 EPOCH_BOUND_SHARE = 0.2  # share of an epoch spent at its boundary from which the boundary is what bounds a trial
@@ -207,7 +208,7 @@ def _fewer(trial: TrialResult, measured: Sequence[TrialResult], knob: str) -> li
 def _measured_slower(trial: TrialResult, fewer: list[TrialResult], tolerance: float) -> str:
     """'1 worker: 329, 0 workers: 375 vs 486 samples/s' when every one of `fewer` measured slower than `trial` by
     more than their noise band (the fix was tried and lost); '' when none was measured or one kept up."""
-    if not fewer or any(sps(t) >= sps(trial) * (1.0 - noise_band(tolerance, t, trial)) for t in fewer):
+    if not fewer or any(at_least_within(sps(t), sps(trial), noise_band(tolerance, t, trial)) for t in fewer):
         return ""
     fewer = sorted(fewer, key=lambda t: (-t.config.num_workers, -(t.config.worker_threads or 1)))
     if all(t.config.num_workers == trial.config.num_workers for t in fewer):

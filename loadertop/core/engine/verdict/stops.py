@@ -26,6 +26,20 @@ BUDGET = "budget"  # loadertop.tune's: its budget_s ran out while the climb stil
 
 
 @dataclass(frozen=True)
+class Terms:
+    """How a reason names what the user can change: a sweep's flags, or tune's arguments. One vocabulary passed in,
+    so that tune says `max_workers` where a sweep says `--workers` without rewording the verdict's sentences."""
+
+    wider: str = "a wider --workers range"  # "try ..." when the top of the range was still gaining; "": say nothing
+    some_range: str = "a --workers range"  # "try ..." when only 0 workers were measured
+    more_budget: str = "a larger budget"  # what would have let the climb go on
+
+
+SWEEP_TERMS = Terms()
+TUNE_TERMS = Terms("a larger max_workers", "max_workers", "a larger budget_s")
+
+
+@dataclass(frozen=True)
 class Stop:
     """Why the climb stops: the trace's sentence and its structured form."""
 
@@ -43,7 +57,7 @@ def last_stop(trace: Sequence[SearchStep]) -> SearchStep | None:
     return next((s for s in reversed(trace) if s.stop is not None), None)
 
 
-def stop_clause(stop: SearchStep | None, n: int, top: int | None) -> str:
+def stop_clause(stop: SearchStep | None, n: int, top: int | None, terms: Terms = SWEEP_TERMS) -> str:
     """Why nothing above `n` workers (the most measured, and the fastest) was measured: the clause that follows
     "fastest at n workers". `top`: the top of the --workers range."""
     kind = stop.stop if stop is not None else None
@@ -67,9 +81,9 @@ def stop_clause(stop: SearchStep | None, n: int, top: int | None) -> str:
         gain = f" ({pct(value, signed=True)})" if value is not None else ""
         return f"the CPUs are saturated and {workers(at)} showed no significant win over repeats{gain}; more not run"
     if kind == BUDGET:
-        return f"the budget ended the climb at {workers(at)} (a larger budget)"
+        return f"the budget ended the climb at {workers(at)} ({terms.more_budget})"
     if kind == FLAT:
         return f"{workers(at)} gained less than the noise band: more were not run"
     if top is None or n >= top:
-        return "the top of the --workers range; try a wider --workers range"
+        return f"the top of the range{f'; try {terms.wider}' if terms.wider else ''}"
     return f"the larger counts up to {top} did not finish (see their rows)"

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from loadertop.core.engine.verdict.band import noise_band
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
+from loadertop.core.model.figures import at_least_within
 from loadertop.core.model.results import Ceiling, TrialResult
 
 TRANSPORT_BOUND = 0.9  # share of the transport ceiling from which a trial counts as transport-bound
@@ -114,7 +115,7 @@ def transport_limit(ceilings: Sequence[Ceiling], config: TrialConfig, above: int
 def transport_stop(ceilings: Sequence[Ceiling], t: TrialResult, tol: float, head: str) -> str | None:
     """The climb's stop when no rung above hands over more than this rung already makes, else None."""
     limit = transport_limit(ceilings, t.config, above=t.config.num_workers)
-    if limit is None or not limit.samples_per_s or sps(t) < limit.samples_per_s * (1.0 - noise_band(tol, t)):
+    if limit is None or not limit.samples_per_s or not at_least_within(sps(t), limit.samples_per_s, noise_band(tol, t)):
         return None
     return (
         f"stopped climbing: {head} is within noise of the {limit.samples_per_s:.0f} samples/s transport ceiling "
