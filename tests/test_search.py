@@ -303,14 +303,16 @@ def test_the_fall_after_a_peak_is_not_a_dip_and_a_rung_below_both_sides_is():
     planner = AdaptivePlanner(settings(workers=tuple(range(65))))
     falling = {1: 100.0, 2: 190.0, 4: 350.0, 8: 500.0, 12: 430.0, 16: 380.0}
     curve = [
-        TrialResult(i, planner._at(n), "ok", samples_per_s=x, spread=0.02) for i, (n, x) in enumerate(falling.items())
+        TrialResult(i, planner.state.at(n), "ok", samples_per_s=x, spread=0.02)
+        for i, (n, x) in enumerate(falling.items())
     ]
-    assert planner._dips(curve) == []
+    assert planner.state.dips(curve) == []
     dipped = {**falling, 12: 300.0, 16: 520.0}  # 12 below 8 and below 16: one peak cannot make that
     curve = [
-        TrialResult(i, planner._at(n), "ok", samples_per_s=x, spread=0.02) for i, (n, x) in enumerate(dipped.items())
+        TrialResult(i, planner.state.at(n), "ok", samples_per_s=x, spread=0.02)
+        for i, (n, x) in enumerate(dipped.items())
     ]
-    assert [t.config.num_workers for t in planner._dips(curve)] == [12]
+    assert [t.config.num_workers for t in planner.state.dips(curve)] == [12]
 
 
 @pytest.mark.unit

@@ -17,7 +17,9 @@ from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, Trial
 
 class Planner(Protocol):
     reruns_rows: bool
-    trace: list[SearchStep]
+
+    @property
+    def trace(self) -> list[SearchStep]: ...
 
     def planned(self) -> tuple[TrialConfig, ...]: ...
 

@@ -7,15 +7,12 @@ slower beyond the noise (2 → 4 skips 3), unless the trusted fit puts the peak 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
 
+from loadertop.core.engine.search.state import SearchState
 from loadertop.core.engine.verdict.band import choose, noise_band, within_band
 from loadertop.core.engine.verdict.usl import past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import sps, workers
 from loadertop.core.model.config import TrialConfig
-
-if TYPE_CHECKING:
-    from loadertop.core.engine.search.adaptive import AdaptivePlanner
 
 # Bisection stops when the gap below the choice is at most this share of it (16 vs 20 workers: close enough).
 REFINE_PRECISION = 0.25
@@ -24,7 +21,7 @@ MAX_REFINE = 4
 
 def edges(threshold: float, tol: float) -> tuple[float, float]:
     """A trial's decision edges (TrialRequest.decide_below/above) around the throughput that decides it: a
-    tolerance either side, as the climb's rungs have them (search._rung_decision)."""
+    tolerance either side, as the climb's rungs have them (AdaptivePlanner._rung_decision)."""
     return threshold * (1.0 - tol), threshold * (1.0 + tol)
 
 
@@ -32,10 +29,10 @@ class SearchOver(Exception):
     """The search has nothing more worth measuring."""
 
 
-def refine(pl: AdaptivePlanner) -> Iterator[TrialConfig]:
+def refine(st: SearchState) -> Iterator[TrialConfig]:
     for _ in range(MAX_REFINE):
-        curve = pl._curve()
-        chosen = choose(curve, pl.tol)
+        curve = st.curve()
+        chosen = choose(curve, st.tol)
         if chosen is None:
             raise SearchOver
         best, c = chosen
@@ -44,46 +41,46 @@ def refine(pl: AdaptivePlanner) -> Iterator[TrialConfig]:
         if not lower:
             break
         p = max(lower)
-        between = [m for m in pl.counts if p < m < n_c and not pl._measured(pl._at(m))]
+        between = [m for m in st.counts if p < m < n_c and not st.measured(st.at(m))]
         if not between:
             break
         if n_c - p <= max(1, REFINE_PRECISION * n_c):
-            pl._note("refine", f"{workers(p)} and {workers(n_c)} are close enough: no further bisection")
+            st.note("refine", f"{workers(p)} and {workers(n_c)} are close enough: no further bisection")
             break
-        m, why = _midpoint(pl, p, n_c, between, sps(best))
-        pl._note(
+        m, why = _midpoint(st, p, n_c, between, sps(best))
+        st.note(
             "refine",
             f"{workers(n_c)} is the fewest within noise of the best ({sps(best):.0f} samples/s at "
             f"{workers(best.config.num_workers)}), {workers(p)} is not: {why} {workers(m)}",
-            pl._at(m).label(),
+            st.at(m).label(),
         )
         # its trial may stop once clearly inside or outside the band of the best (as a climb's rung may)
-        pl._decision = edges(sps(best) * (1.0 - noise_band(pl.tol, best)), pl.tol)
-        yield pl._at(m)
-    yield from _refine_above(pl)
+        st.decision = edges(sps(best) * (1.0 - noise_band(st.tol, best)), st.tol)
+        yield st.at(m)
+    yield from _refine_above(st)
 
 
-def _midpoint(pl: AdaptivePlanner, p: int, c: int, between: list[int], best: float) -> tuple[int, str]:
+def _midpoint(st: SearchState, p: int, c: int, between: list[int], best: float) -> tuple[int, str]:
     """Plain bisection. The USL's guess of where the band begins is shown beside it, not used: on curves with a
     hard wall (the training process saturating) the smooth model overshoots, and a guess clamped into the
     interval shrinks it more slowly than halving does."""
     why = "bisect at"
-    fit = pl._fit()
+    fit = st.fit()
     if fit is not None and trusted(fit):
-        reach = workers_to_reach(fit, best * (1.0 - pl.tol), c)
+        reach = workers_to_reach(fit, best * (1.0 - st.tol), c)
         if reach is not None:
             why = f"(USL guesses {workers(reach)}) bisect at"
     target = (p + c) / 2
     return min(between, key=lambda m: (abs(m - target), m)), why
 
 
-def _refine_above(pl: AdaptivePlanner) -> Iterator[TrialConfig]:
+def _refine_above(st: SearchState) -> Iterator[TrialConfig]:
     """Between the best rung and the first rung above it, when that one was slower beyond the noise: a curve
     that rose and then fell peaks somewhere between them (2 → 4 workers skips 3). Bisect toward the best, at
     the USL's predicted peak when it trusts one there."""
     for _ in range(MAX_REFINE):
-        curve = pl._curve()
-        chosen = choose(curve, pl.tol)
+        curve = st.curve()
+        chosen = choose(curve, st.tol)
         if chosen is None:
             return
         best = chosen[0]
@@ -93,24 +90,24 @@ def _refine_above(pl: AdaptivePlanner) -> Iterator[TrialConfig]:
             return
         h = min(above, key=lambda r: r.config.num_workers)
         n_h = h.config.num_workers
-        between = [m for m in pl.counts if b < m < n_h and not pl._measured(pl._at(m))]
+        between = [m for m in st.counts if b < m < n_h and not st.measured(st.at(m))]
         if not between or n_h - b <= REFINE_PRECISION * b:
             return
-        if within_band(h, best, pl.tol):
+        if within_band(h, best, st.tol):
             return  # flat above the best: nothing between them can beat it by more than the noise
-        fit = pl._fit()
+        fit = st.fit()
         if past := past_peak(fit, b):
-            pl._note("refine", f"no bisection above {workers(b)}, the best rung: {past}")
+            st.note("refine", f"no bisection above {workers(b)}, the best rung: {past}")
             return
         target, why = (b + n_h) / 2, "bisect at"
         if fit is not None and trusted(fit) and fit.peak_workers is not None and b < fit.peak_workers < n_h:
             target, why = fit.peak_workers, f"the USL puts the peak at N*={fit.peak_workers:.1f}: try"
         m = min(between, key=lambda v: (abs(v - target), v))
-        pl._note(
+        st.note(
             "refine",
             f"{workers(b)} is the best rung ({sps(best):.0f} samples/s) and {workers(n_h)} was slower "
             f"({sps(h):.0f}): the peak may lie between them; {why} {workers(m)}",
-            pl._at(m).label(),
+            st.at(m).label(),
         )
-        pl._decision = edges(sps(best) * (1.0 + noise_band(pl.tol, best)), pl.tol)  # a win beyond the band?
-        yield pl._at(m)
+        st.decision = edges(sps(best) * (1.0 + noise_band(st.tol, best)), st.tol)  # a win beyond the band?
+        yield st.at(m)

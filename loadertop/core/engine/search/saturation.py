@@ -13,17 +13,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Generator
-from typing import TYPE_CHECKING
 
+from loadertop.core.engine.search.state import SearchState
 from loadertop.core.engine.verdict.band import BAND_CAP, Noise, Z, finished, merge_repeats
 from loadertop.core.engine.verdict.bound import CPU_SATURATED
 from loadertop.core.engine.verdict.stops import FAULT, SATURATED, Stop
 from loadertop.core.engine.wording import pct, sps, workers
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
-
-if TYPE_CHECKING:
-    from loadertop.core.engine.search.adaptive import AdaptivePlanner
 
 CONFIRM_RUNS = 3  # runs of each of the two rungs (the first included) before the climb stops undecided
 
@@ -35,7 +32,7 @@ def saturated(cpus: int, *trials: TrialResult) -> bool:
     return any(max(t.cpu_percent or 0.0, t.machine_cpu_percent or 0.0) >= limit for t in trials)
 
 
-def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Generator[TrialConfig, None, Stop | None]:
+def confirm(st: SearchState, prev: TrialResult, rung: TrialResult) -> Generator[TrialConfig, None, Stop | None]:
     """Measure `prev` and `rung` again, alternately, until the gain is significant (None: climb on) or is not
     (the Stop), at most CONFIRM_RUNS runs each; each `yield` is a trial."""
     a_cfg, b_cfg = prev.config, rung.config
@@ -43,29 +40,29 @@ def confirm(pl: AdaptivePlanner, prev: TrialResult, rung: TrialResult) -> Genera
     cpu = max(max(t.cpu_percent or 0.0, t.machine_cpu_percent or 0.0) for t in (prev, rung)) / 100.0
     # Not even a gain far beyond one run's own spread is taken on one run: a run past the cores reads high on a busy
     # machine with a steady spread (its blocks agree with each other, which says nothing of the next run)
-    gain, band = 0.0, pl.tol
-    pl._note(
+    gain, band = 0.0, st.tol
+    st.note(
         "climb",
         f"{workers(n)}: {sps(rung):.0f} samples/s, {pct(sps(rung) / sps(prev) - 1.0, signed=True)} over {workers(p)} "
-        f"on one run, with the CPUs saturated ({cpu:.1f} of {pl._cpus} busy): past the cores a gain must hold over "
+        f"on one run, with the CPUs saturated ({cpu:.1f} of {st.cpus} busy): past the cores a gain must hold over "
         f"repeats; {workers(p)} and {workers(n)} measured again, alternately",
         b_cfg.label(),
     )
     head = ""
     for runs in range(2, CONFIRM_RUNS + 1):
         yield from (a_cfg, b_cfg)
-        pair = [t for t in finished(pl._done) if t.config in (a_cfg, b_cfg)]
+        pair = [t for t in finished(st.done) if t.config in (a_cfg, b_cfg)]
         merged = {t.config: t for t in merge_repeats(pair)}
         if b_cfg not in merged or a_cfg not in merged:
             return Stop(f"stopped climbing: a repeat of {workers(n)} or {workers(p)} failed", FAULT, n)
         a, b = merged[a_cfg], merged[b_cfg]
-        gain, se, band = _significance(pair, a, b, pl.tol)
+        gain, se, band = _significance(pair, a, b, st.tol)
         head = (
             f"{workers(n)} vs {workers(p)} over {runs} runs each: {sps(b):.0f} vs {sps(a):.0f} samples/s, "
             f"{pct(gain, signed=True)} ± {pct(Z * se)}"
         )
         if gain - band >= Z * se:
-            pl._note("climb", f"{head}: a significant win beyond the {pct(band)} band; climbing on", None)
+            st.note("climb", f"{head}: a significant win beyond the {pct(band)} band; climbing on", None)
             return None
         if band - gain >= Z * se:
             break
