@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from loadertop.core.model.version import VERSION
+
+__version__ = VERSION
 
 if TYPE_CHECKING:
     from loadertop.core.engine import sweep as sweep

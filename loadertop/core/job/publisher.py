@@ -23,7 +23,6 @@ from collections import deque
 from pathlib import Path
 from typing import Protocol
 
-import loadertop
 from loadertop.core.job.fanout import Fanout
 from loadertop.core.model.jobs import JOB_FILE, SOCKET_FILE, TUNE_FILE, job_dir, kept_trace, remove_job_dir
 from loadertop.core.model.live_protocol import (
@@ -35,6 +34,7 @@ from loadertop.core.model.live_protocol import (
     TuneStep,
     encode,
 )
+from loadertop.core.model.version import VERSION
 
 log = logging.getLogger("loadertop.watch")
 
@@ -60,7 +60,7 @@ class Publisher:
             argv=tuple(sys.argv),
             started=time.time(),
             hostname=socket.gethostname(),
-            loadertop=loadertop.__version__,
+            loadertop=VERSION,
         )
         self._recorders: list[Drainable] = []
         self._outbox: deque[bytes] = deque(maxlen=10_000)  # lines from other threads, for the publisher thread

@@ -9,19 +9,15 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psutil
 
 from loadertop.core.engine.live.client import JobClient
 from loadertop.core.engine.live.snapshot import Interval, MessageFold, gpu_util, job_gpus
 from loadertop.core.engine.live.target import (
-    WORKER_SCAN_S,
     AttachError,
     Target,
     dataloader_workers,
-    launcher_ranks,
-    resolve,
 )
 from loadertop.core.engine.verdict.leak import LeakConfig, LeakDetector
 from loadertop.core.machine.free_memory import free_mb, read_free_mb
@@ -31,9 +27,6 @@ from loadertop.core.model.events import ProbeSample, WorkerSample
 from loadertop.core.model.figures import mean_of
 from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot, LiveWorker
-
-if TYPE_CHECKING:
-    from loadertop.core.engine.live.ranks import RankSessions
 
 PUMP_S = 0.25  # how often the job's messages are folded between snapshots
 NOT_WATCHED = "throughput and stall: the job does not run loadertop.watch(loader)"
@@ -299,25 +292,3 @@ class LiveSession:
 
     def __exit__(self, *_exc_info: object) -> None:
         self.close()
-
-
-def open_session(
-    target: int | str | None, *, interval: float = 2.0, leak: LeakConfig | None = None, scan_s: float | None = None
-) -> LiveSession | RankSessions:
-    """Check the target and start watching it: one job, or every rank under a launcher's pid (RankSessions, whose
-    snapshots carry `ranks`). AttachError (one line) when it cannot be watched."""
-    if not interval > 0:
-        raise AttachError(f"--interval {interval}: must be more than 0 seconds")
-    scan = WORKER_SCAN_S if scan_s is None else scan_s
-    ranks = launcher_ranks(target, scan)
-    if ranks is not None:
-        from loadertop.core.engine.live.ranks import RankSessions  # it builds on this module
-
-        return RankSessions(int(str(target)), ranks, interval=interval, leak=leak)
-    checked = resolve(target, 0.0 if isinstance(target, int) or str(target).strip().isdigit() else scan)
-    try:
-        return LiveSession(checked, interval=interval, leak=leak)
-    except psutil.NoSuchProcess:
-        raise AttachError(f"no such process: pid {checked.pid} (it exited)") from None
-    except psutil.AccessDenied:
-        raise AttachError(f"pid {checked.pid}: loadertop may not read this process (another user's?)") from None
