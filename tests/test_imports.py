@@ -115,6 +115,39 @@ def test_every_module_is_on_the_architecture_map() -> None:
     assert missing == [], f"not in its folder in docs/architecture.md: {missing}"
 
 
+NUMBERS = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+
+
+def names_not_there(doc: str, root: Path) -> list[str]:
+    """What docs/architecture.md names that the tree does not have: a module no folder of its holds, or a count of
+    sub-packages ("six sub-packages") that is not the count of the package it describes."""
+    tree = doc.split("```")[1]
+    files = [p for p in (root / "loadertop").rglob("*.py")]
+    wrong = []
+    for folder, name in sorted(placed_on_the_map(tree)):
+        if not any(p.name == name and p.parent.parts[-len(folder) :] == folder for p in files):
+            wrong.append("/".join((*folder, name)))
+    for word, package in re.findall(r"(\w+) sub-packages.*?\n\s+(\w+)/", tree, flags=re.S):
+        counted = [d for d in (root / "loadertop" / "core" / "engine").iterdir() if (d / "__init__.py").exists()]
+        if package == "drive" and NUMBERS.get(word) != len(counted):
+            wrong.append(f"{word} sub-packages (the engine has {len(counted)})")
+    return wrong
+
+
+@pytest.mark.unit
+def test_the_architecture_map_names_only_what_is_there() -> None:
+    """The other way round: every module the map names lives in the folder it names, and the engine's sub-packages
+    are as many as it says."""
+    assert names_not_there((ROOT / "docs" / "architecture.md").read_text(), ROOT) == []
+
+
+@pytest.mark.unit
+def test_a_module_or_a_count_the_tree_lacks_is_named(tmp_path: Path) -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    stale = doc.replace("six sub-packages", "five sub-packages").replace("opener.py", "opener.py, gone.py")
+    assert names_not_there(stale, ROOT) == ["live/gone.py", "five sub-packages (the engine has 6)"]
+
+
 @pytest.mark.unit
 def test_the_map_check_can_fail() -> None:
     """A module named only under another folder is not on the map."""
