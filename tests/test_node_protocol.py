@@ -216,3 +216,30 @@ def test_model_nodes_imports_no_results() -> None:
     }
     assert "loadertop.core.model.results" not in imported, imported
     assert not hasattr(NodeTrial, "of")
+
+
+@pytest.mark.unit
+def test_a_node_told_no_more_trials_after_node_0_stopped_exits_as_stopped() -> None:
+    """Node 0 stopped (Ctrl-C) says "stop" and, closing, "no more trials" for the trial a node waits on. Whichever
+    the node hears first, its heartbeat's stop or that, it exits 130: not 0, as a sweep that ended as planned."""
+    from torch.distributed import HashStore
+
+    from loadertop.core.engine.nodes.launch import Launch
+    from loadertop.core.model.node_protocol import TrialOut
+    from loadertop.core.nodes.link import EXIT_STOPPED, StoreLink
+
+    infos = tuple(NodeInfo(k, f"host-{k}", 2, 8000.0, 4000.0) for k in (0, 1))
+    for stopped in (True, False):
+        store = HashStore()
+        if stopped:
+            store.add("stop", 1)
+        store.set("trial/0", encode(TrialOut(0, None)))
+        link = StoreLink(store, HashStore(), Launch(1, 2, "127.0.0.1", 1, "torchrun"), infos)
+        try:
+            assert link.next_config(lambda: None) is None
+            if stopped:
+                assert link.exit_code == EXIT_STOPPED and link.reason == "node 0 (host-0) stopped the sweep"
+            else:  # the sweep ended as planned
+                assert link.exit_code == 0 and link.reason is None
+        finally:
+            link.close()

@@ -89,7 +89,12 @@ class StoreLink:
                     return None
                 out = decode_as(TrialOut, guarded(lambda: self._store.get(f"trial/{index}")))
                 if out.config is None:
-                    self._ended.set()
+                    # Node 0 also says "no more trials" when it was stopped: whichever this node hears first, the
+                    # heartbeat's "stop" or this, the stop is the stop (exit 130), not a sweep that ended as planned
+                    if guarded(lambda: self._store.add("stop", 0)) > 0:
+                        self._break(f"{self._who(0)} stopped the sweep", EXIT_STOPPED)
+                    else:
+                        self._ended.set()
                     return None
                 config = out.config
         except StoreGone as exc:
