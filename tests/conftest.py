@@ -54,8 +54,7 @@ def unit_starts_no_process(request: pytest.FixtureRequest, monkeypatch: pytest.M
     Enforced, not trusted: starting one raises, and the test fails even if it caught the error.
     LOADERTOP_UNIT_PROBE=FILE guards every test and lists those that start something in FILE (to mark the tiers)."""
     probe = os.environ.get("LOADERTOP_UNIT_PROBE")
-    in_process = any(request.node.get_closest_marker(tier) for tier in ("unit", "tui", "heavy"))
-    if not in_process and not probe:
+    if not in_process(request.node) and not probe:
         yield
         return
     started: list[str] = []
@@ -121,8 +120,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Under xdist the solo tests go last, when the other workers are done or nearly: one waiting for the machine
-    # mid-run would idle every other worker until their tests ended. (A stable sort: the same order on every
-    # worker, as xdist requires.)
+    # Under xdist: the solo tests first, then the tests that start processes (the long ones), then the in-process
+    # tiers (fractions of a second each). A solo test waits for the tests running beside it to end, and idles the
+    # other workers meanwhile: at the start those are the first tests to run, not a 40 s soak halfway through. At the
+    # end, a worker that runs out steals the last half of another's queue (worksteal): quick tests, not a solo one.
+    # (A stable sort: the same order on every worker, as xdist requires.)
     if getattr(config, "workerinput", None) is not None:
-        items.sort(key=lambda item: item.get_closest_marker("solo") is not None)
+        items.sort(key=lambda item: (item.get_closest_marker("solo") is None, in_process(item)))
+
+
+def in_process(item: pytest.Item) -> bool:
+    """Whether the test runs in pytest's own process (the unit, tui and heavy tiers): quick, or at least no process
+    of its own."""
+    return any(item.get_closest_marker(tier) for tier in ("unit", "tui", "heavy"))
