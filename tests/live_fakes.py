@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -74,6 +75,13 @@ class FakeJob:
         deadline = time.monotonic() + timeout
         while self.viewers < count:
             assert time.monotonic() < deadline, f"{self.viewers} viewers connected, expected {count}"
+            time.sleep(0.01)
+
+    def sent_to(self, session: Any, count: int, timeout: float = 5.0) -> None:
+        """Wait until `session` has received `count` messages of this job (they reached the viewer's socket)."""
+        deadline = time.monotonic() + timeout
+        while session.messages_received() < count:
+            assert time.monotonic() < deadline, f"{session.messages_received()} messages arrived, expected {count}"
             time.sleep(0.01)
 
     def send(self, message: LiveMessage) -> None:

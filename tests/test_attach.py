@@ -4,6 +4,7 @@ viewers), real jobs through psutil (workers found, the job ending mid-view, bad 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import io
 import json
 import os
@@ -60,6 +61,14 @@ def steps(job: FakeJob, batches: int = 10, wait_s: float = 0.1, step_s: float = 
     )  # fmt: skip
 
 
+def exec_done(pid: int, word: str, timeout: float = 10.0) -> None:
+    """Wait until the process `pid` runs its own program: its command line has `word`."""
+    deadline = time.monotonic() + timeout
+    while not any(word in part for part in psutil.Process(pid).cmdline()):
+        assert time.monotonic() < deadline, f"pid {pid} did not exec {word!r} in {timeout} s"
+        time.sleep(0.01)
+
+
 def no_attach_threads() -> bool:
     deadline = time.monotonic() + 3
     while time.monotonic() < deadline:
@@ -86,7 +95,7 @@ def test_watched_job_messages_become_a_snapshot(fake: FakeJob, sleepers: list[in
                               wait_ms_p95=4.0, switch_s=0.4, message="w=2 bs=32: 900 samples/s"), fake))  # fmt: skip
         fake.send(at(TuneChose(t=0, loader=0, config=CONFIG, samples_per_s=900.0, reason="fastest",
                                snippet="DataLoader(ds, num_workers=2)", tuning_s=30.0, trials=4), fake))  # fmt: skip
-        time.sleep(0.1)
+        fake.sent_to(session, 6)  # the workers, two spans of steps, the epoch and tune's two lines
         snap = next(snaps)
     finally:
         session.close()
@@ -104,8 +113,8 @@ def test_watched_job_messages_become_a_snapshot(fake: FakeJob, sleepers: list[in
 
 def test_history_counts_for_workers_not_for_rates(fake: FakeJob, sleepers: list[int]) -> None:
     """What the job replays to a late viewer names the workers but is not this interval's throughput."""
-    fake.history = [JobWorkers(t=0.0, loader=0, pids=tuple(sleepers), config=None), steps(fake, batches=99)]
-    time.sleep(0.2)
+    past = dataclasses.replace(steps(fake, batches=99), t=fake.now() - 1.0)  # a second before the view attaches
+    fake.history = [JobWorkers(t=0.0, loader=0, pids=tuple(sleepers), config=None), past]
     with open_session(fake.pid, interval=0.3) as session:
         snap = next(session.snapshots())
     assert snap.samples_per_s is None and snap.epoch == 0
@@ -169,7 +178,8 @@ def test_several_viewers_at_once(fake: FakeJob) -> None:
     try:
         fake.wait_viewers(2)
         fake.send(steps(fake, batches=7))
-        time.sleep(0.05)
+        fake.sent_to(first, 1)
+        fake.sent_to(second, 1)
         a, b = next(first.snapshots()), next(second.snapshots())
     finally:
         first.close()
@@ -228,7 +238,9 @@ def test_bad_targets_exit_2_with_one_line(capsys: pytest.CaptureFixture[str], jo
     sleeper = subprocess.Popen(["sleep", "30"])
     idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        time.sleep(0.3)
+        # Until each has exec'd, it is a fork of this Python process, and the target check would read that
+        exec_done(sleeper.pid, "sleep")
+        exec_done(idle.pid, "time.sleep(30)")
         cases = {
             str(sleeper.pid): f"pid {sleeper.pid} (sleep 30) is not a Python process",
             str(idle.pid): "is a Python process with no DataLoader workers and no loadertop.watch: wrap the loader",

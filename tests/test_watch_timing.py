@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from live_fakes import kill_tree
 from PIL import Image
 
@@ -142,6 +143,9 @@ def per_snapshot(snaps: list[LiveSnapshot], records: list[tuple[float, float]]) 
     return pairs
 
 
+# Two clocks read microseconds apart: a neighbour's preemption between them (3 ms over 7 steps, seen with three test
+# workers on 2 CPUs) lands on attach's side only. The comparison needs the machine to itself.
+@pytest.mark.solo
 def test_attach_splits_wait_and_step_as_the_job_times_them(jobs_root: Path, tmp_path: Path, no_leftovers: None) -> None:
     snaps, records = watch_and_time(jobs_root, tmp_path)
     pairs = [(s, r) for s, r in per_snapshot(snaps, records) if s.batches_per_s and not s.ended]

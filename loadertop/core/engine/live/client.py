@@ -44,6 +44,7 @@ class JobClient:
         self._lock = threading.Lock()
         self._pending: deque[tuple[float, LiveMessage]] = deque(maxlen=MAX_PENDING)
         self.bye: JobBye | None = None
+        self.received = 0  # messages arrived since the hello (a viewer can wait for the ones it expects)
         self.ended: str | None = None
         self.error: str | None = None  # a bad line mid-stream: the stream stops there
         self._closed = threading.Event()
@@ -70,6 +71,7 @@ class JobClient:
                 message = decode(line)
                 with self._lock:
                     self._pending.append((self._clock(), message))
+                    self.received += 1
                 if isinstance(message, JobBye):
                     self.bye = message
         except ProtocolError as exc:

@@ -177,6 +177,10 @@ class LiveSession:
         """The snapshot of the interval since the last one, now (for a caller that keeps its own time)."""
         return self._build()
 
+    def messages_received(self) -> int:
+        """How many messages the job has sent this view since its hello (0 for a job that does not publish)."""
+        return self._client.received if self._client is not None else 0
+
     def _pump(self) -> None:
         """Fold what the job said so far into the interval, and follow its workers."""
         if self._client is not None and self._fold is not None:
