@@ -6,6 +6,8 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -133,3 +135,21 @@ def in_process(item: pytest.Item) -> bool:
     """Whether the test runs in pytest's own process (the unit, tui and heavy tiers): quick, or at least no process
     of its own."""
     return any(item.get_closest_marker(tier) for tier in ("unit", "tui", "heavy"))
+
+
+# The threads loadertop's own side starts; a job's publisher lives as long as the job's process, by design.
+OWN_THREADS = ("loadertop-probes", "loadertop-attach-socket", "loadertop-driver", "loadertop-memory-guard",
+               "loadertop-runner-reader", "loadertop-heartbeat", "loadertop-openmetrics")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def no_thread_leftovers() -> Iterator[None]:
+    """Fail the test if a thread of loadertop's it started is still alive 3 s after it (a view, a sweep, a server
+    left running: every later test in the worker would see it)."""
+    before = set(threading.enumerate())
+    yield
+    deadline = time.monotonic() + 3
+    while left := [t.name for t in threading.enumerate() if t not in before and t.name in OWN_THREADS and t.is_alive()]:
+        if time.monotonic() > deadline:
+            pytest.fail(f"threads left running: {left}")
+        time.sleep(0.05)

@@ -77,10 +77,11 @@ def paced(
         snapshot = build()
         if closed.is_set():
             return
-        yield snapshot
         if snapshot.ended is not None:
-            close()
+            close()  # before the last yield: a caller that stops at the ended snapshot never resumes the generator
+            yield snapshot
             return
+        yield snapshot
 
 
 class LiveSession:
