@@ -7,7 +7,6 @@ DataLoader runs 2 real worker processes and no loadertop.watch().
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -39,10 +38,10 @@ class FakeJob:
             version=LIVE_PROTOCOL_VERSION, pid=self.pid, argv=("python", "train.py"), started=time.time(),
             hostname="test", loadertop="0",
         )  # fmt: skip
-        (self.folder / JOB_FILE).write_text(json.dumps({k: v for k, v in json.loads(encode(self.hello)).items()}))
         self._hello_line = encode(self.hello)
-        if version != LIVE_PROTOCOL_VERSION:  # what a job of another loadertop says
+        if version != LIVE_PROTOCOL_VERSION:  # what a job of another loadertop says, in its folder and its socket
             self._hello_line = self._hello_line.replace(f'"version": {LIVE_PROTOCOL_VERSION}', f'"version": {version}')
+        (self.folder / JOB_FILE).write_text(self._hello_line)
         self.history: list[LiveMessage] = []
         self._viewers: list[socket.socket] = []
         self._lock = threading.Lock()

@@ -81,7 +81,7 @@ BOUNDS = re.compile(r"\b(epoch|transport|memory|CPU|consumer|main-process|I/O|lo
 
 
 def _same_bound(row: TrialResult, why: str) -> list[str]:
-    """The recommendation's Why names what bounds it as its row does (issue 22: ★ 'epoch-bound', Why 'I/O-bound')."""
+    """The recommendation's Why names what bounds it as its row does (a run had ★ 'epoch-bound', Why 'I/O-bound')."""
     said, first = BOUNDS.search(row.reason), BOUNDS.search(why)
     if said is None or first is None or said.group(1) == first.group(1):
         return []

@@ -149,16 +149,36 @@ def test_goodbye_ends_the_view_with_a_last_snapshot(fake: FakeJob) -> None:
 
 
 @pytest.mark.unit
-def test_protocol_mismatch_is_one_line(jobs_root: Path) -> None:
+@pytest.mark.parametrize("by", ["pid", "folder"])
+def test_protocol_mismatch_is_one_line(jobs_root: Path, by: str) -> None:
     job = FakeJob(jobs_root, version=99)
     try:
         with pytest.raises(AttachError) as error:
-            open_session(job.pid, interval=0.5)
+            open_session(job.pid if by == "pid" else str(job.folder), interval=0.5)
+        assert find_jobs() == []  # another loadertop's job is not listed as one this one can watch
+        assert job.folder.exists()  # nor removed while it runs
     finally:
         job.close()
     text = str(error.value)
     assert "\n" not in text and "version 99" in text and "loadertop installed in the job's environment" in text
     assert no_attach_threads()
+
+
+@pytest.mark.unit
+def test_a_job_folder_is_read_by_the_live_protocols_codec(tmp_path: Path) -> None:
+    from loadertop.core.model.jobs import JOB_FILE, read_job
+    from loadertop.core.model.live_protocol import LIVE_PROTOCOL_VERSION, JobHello, encode
+    from loadertop.core.model.wire import VersionMismatch
+
+    hello = JobHello(LIVE_PROTOCOL_VERSION, 123, ("python", "train.py"), 1.0, "box", "0.1.0")
+    (tmp_path / JOB_FILE).write_text(encode(hello))
+    job = read_job(tmp_path)
+    assert job is not None and job.hello == hello and job.command == "python train.py"
+    (tmp_path / JOB_FILE).write_text(encode(hello).replace('"pid": 123', '"pid": 123, "shell": 1'))
+    assert read_job(tmp_path) is None  # a field this version does not know: not a job folder it can read
+    (tmp_path / JOB_FILE).write_text(encode(hello).replace(f'"version": {LIVE_PROTOCOL_VERSION}', '"version": 99'))
+    with pytest.raises(VersionMismatch, match="version 99"):
+        read_job(tmp_path)
 
 
 @pytest.mark.unit

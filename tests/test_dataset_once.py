@@ -1,4 +1,4 @@
-"""The dataset is built once per sweep (issue 18.6) and a dataset every configuration fails on is bad input (22.1)."""
+"""The dataset is built once per sweep, and a dataset every configuration fails on is bad input."""
 
 from __future__ import annotations
 

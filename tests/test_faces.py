@@ -1,4 +1,4 @@
-"""Faces only render (issue 19): the engine computes every figure and exports the one formatter set; the CLI,
+"""Faces only render: the engine computes every figure and exports the one formatter set; the CLI,
 headless and the TUI print through it. Read from their source, so a new pane that brings its own "not measured"
 glyph or its own average fails here, not in review.
 

@@ -57,7 +57,7 @@ def test_exception_in_getitem_fails_the_trial_with_the_datasets_text_and_index(r
 def test_workers_killed_by_signals_fail_their_trials_and_the_sweep_goes_on(runs: Path) -> None:
     # 1 worker dies by SIGKILL, 2 by a real segfault, 3 by SIGBUS; the 0-worker trial after them is fine.
     configs = [TrialConfig(n, 32, 2, start_method="fork") for n in (1, 2, 3)] + [W0]
-    # A trial stuck on its way out after its Failed (CI run D: 300 s) is killed after --trial-timeout, not waited for.
+    # A trial stuck on its way out after its Failed (once 300 s in CI) is killed after --trial-timeout, not waited for.
     args = {"sig": "KILL,SEGV,BUS", "at": "5", "where": "worker"}
     result = run_sweep(runs, "killed", configs, args=args, trial_timeout=20.0)
     killed, segfault, bus, ok = result.trials
@@ -204,7 +204,7 @@ def test_bad_dataset_is_one_line_exit_2_and_leaves_no_run_folder(spec: str, need
     spec, *extra = spec.format(broken=broken).split()
     code, _, err = loadertop("--workers", "0,1", "--out", str(tmp_path / "runs"), "--dataset", spec, *extra)
     one_line_exit_2(code, err, needle)
-    assert not any((tmp_path / "runs").iterdir())  # bad input: nothing to keep (issue 22.1)
+    assert not any((tmp_path / "runs").iterdir())  # bad input: nothing to keep
 
 
 def test_debug_puts_the_traceback_on_the_screen(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A user's first hour on their own pipeline (issue 22), end to end with real processes: their ImageFolder-like
+"""A user's first hour on their own pipeline, end to end with real processes: their ImageFolder-like
 JPEG pipeline and loader keywords, their conv-net step as --consumer, the PIL-without-ToTensor mistake, and tune on
 their shuffled loader. What the tool says must hold: exit codes, snippets that keep what the user set, reasons the
 table does not contradict, memory figures of each trial's own workers, a headless table that reads in a file.

@@ -1,4 +1,4 @@
-"""Many ranks (issue 20 item 4): `loadertop attach` on torchrun's pid follows every rank that publishes and names
+"""Many ranks: `loadertop attach` on torchrun's pid follows every rank that publishes and names
 the slowest by its data wait. The fold is checked on made-up snapshots; then end to end, nothing faked: a real
 `torchrun --nproc-per-node 2` whose rank 1 loads each sample slower, attached headless by the launcher's pid."""
 

@@ -94,7 +94,7 @@ def test_live_figures_list_only_the_current_workers_and_fit_only_the_window() ->
 
 
 def test_a_steep_climb_in_the_window_carries_its_warning() -> None:
-    # The 1-worker rerun of issue 22: "w0 84 MB +483.6 MB/min" and no ⚠. A climb that steep inside the window is one.
+    # A recorded 1-worker rerun: "w0 84 MB +483.6 MB/min" and no ⚠. A climb that steep inside the window is one.
     window = ticks(8.0, {5: lambda t: 84.0 + 483.6 / 60 * t})
     figures = live_figures(window[-1], window, [5])
     (worker,) = figures.workers
@@ -137,7 +137,7 @@ def run(index: int, workers: int, pss: float, beside: int = 0, warm: bool = Fals
 
 
 def test_a_row_shows_the_memory_of_a_run_read_alone() -> None:
-    # The issue 18 run: 5 workers read 206 and 203 MB alone, 143 MB warm with the 6-worker pool parked beside;
+    # A recorded run: 5 workers read 206 and 203 MB alone, 143 MB warm with the 6-worker pool parked beside;
     # 6 workers 216 MB cold, 172 and 167 MB beside the 5-worker pool. 4 workers: 185 MB, one run.
     trials = [
         run(0, 4, 185.0),

@@ -1,4 +1,4 @@
-"""A torchdata.nodes pipeline as the dataset (issue 21): the graph walked and rebuilt per trial, the check's refusals,
+"""A torchdata.nodes pipeline as the dataset: the graph walked and rebuilt per trial, the check's refusals,
 the snippet of constructor lines, and a real headless sweep of tests/nodes_pipeline.py."""
 
 from __future__ import annotations

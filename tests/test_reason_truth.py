@@ -100,7 +100,7 @@ def test_eight_workers_sharing_two_saturated_cores_are_cpu_bound_not_io_bound() 
 
 
 def test_a_loader_starved_by_other_processes_is_cpu_bound_not_io_bound() -> None:
-    # issue 22, measured on a loaded machine: a CPU-bound decode at 8 workers got 0.6 of 2 CPUs while other
+    # Measured on a loaded machine: a CPU-bound decode at 8 workers got 0.6 of 2 CPUs while other
     # processes held the rest (vmstat: 0-19% idle), and read "I/O-bound (0.6/2 CPUs, workers at 1% CPU each)"
     starved = dataclasses.replace(trial(0, 8, 120.0, 60.0, 20.0, 0.95), machine_cpu_percent=192.0)
     b = bound_of(starved, machine(2))
@@ -176,9 +176,9 @@ CASES = {
     "saturating 2 CPUs, a consumer": lambda: judged(SATURATING),
     "recorded_result.json": lambda: _recorded("recorded_result.json"),
     "previous_result.json": lambda: _recorded("previous_result.json"),
-    # issue 22's default run on the first-hour pipeline: the ★ row epoch-bound (its Why said I/O-bound)
+    # A default run on the first-hour pipeline: the ★ row epoch-bound (its Why said I/O-bound)
     "epoch_bound_result.json": lambda: _recorded("epoch_bound_result.json"),
-    # this stop's default run: 4 workers 5.1% behind over 6 runs each, a close call just outside the band; its row
+    # A default run: 4 workers 5.1% behind over 6 runs each, a close call just outside the band; its row
     # said "within noise of best" by its own ±11% spread
     "close_call_result.json": lambda: _recorded("close_call_result.json"),
 }

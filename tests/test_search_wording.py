@@ -91,7 +91,7 @@ def test_a_noisy_rung_decided_on_a_loss_is_not_said_never_to_have_settled() -> N
 
 
 def test_a_rung_with_too_few_blocks_is_said_to_have_too_few_not_an_unsettled_spread() -> None:
-    # issue 22: "never settled (±4.3% over 2 blocks)", "(±0% over 1 blocks)": too few blocks, not a wide spread
+    # "never settled (±4.3% over 2 blocks)", "(±0% over 1 blocks)": too few blocks, not a wide spread
     curve = {0: 85.0, 1: 100.0, 2: 200.0, 4: 150.0, 8: 150.0}
 
     def result(i: int, c: TrialConfig) -> TrialResult:
@@ -105,7 +105,7 @@ def test_a_rung_with_too_few_blocks_is_said_to_have_too_few_not_an_unsettled_spr
 
 
 def test_a_duel_undecided_at_the_cap_says_which_way_the_choice_goes() -> None:
-    # The default run on this machine (issue 18): 4 against 5 workers over 6 runs each, −4.7%. The trace said "the
+    # A default run on this machine: 4 against 5 workers over 6 runs each, −4.7%. The trace said "the
     # means decide (within the 5% band)" and the choice then kept 5: 4 was inside the band, not surely within it.
     from loadertop.core.engine.search.finalists import _undecided
     from loadertop.core.engine.verdict.band import choose, merge_repeats

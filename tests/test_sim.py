@@ -32,10 +32,10 @@ def rows(outcomes: list[sim_bench.Outcome], method: str, **where: object) -> lis
 def test_accuracy_and_cost_over_all_cases(outcomes: list[sim_bench.Outcome]) -> None:
     ada = sim_bench.summary(rows(outcomes, "adaptive"))
     assert ada["n"] == 72
-    assert ada["cost_med"] <= 0.15  # issue 12's target: ≤ 0.20 of the exhaustive grid
+    assert ada["cost_med"] <= 0.15  # the target: ≤ 0.20 of the exhaustive grid
     assert ada["cost_p90"] <= 0.45
     assert ada["acc_med"] >= 0.97
-    assert ada["acc_p10"] >= 0.95  # issue 12's target (0.965 here; 0.959-0.964 over three sets of 360, SIM.md)
+    assert ada["acc_p10"] >= 0.95  # the target (0.965 here; 0.959-0.964 over three sets of 360, SIM.md)
 
 
 @pytest.mark.unit

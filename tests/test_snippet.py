@@ -1,4 +1,4 @@
-"""The DataLoader(...) snippet keeps what the user set and changes only what was measured (issue 22 item 2): from a
+"""The DataLoader(...) snippet keeps what the user set and changes only what was measured: from a
 live loader (tune, attach's TuneChose), and from a dataset factory's keyword arguments (the sweep)."""
 
 from __future__ import annotations

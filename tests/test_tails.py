@@ -179,7 +179,7 @@ class _Indexed:
 @pytest.mark.unit
 def test_a_first_epoch_that_takes_the_whole_trial_gets_one_more_epoch_measured() -> None:
     # 12-sample epochs at 40 ms a sample and a 0.3 s trial: the first epoch ends after the deadline. That trial
-    # failed with "no clean block" (issue 22's 16-worker trial; on a busy CI box, a 2 s test trial too): it now
+    # failed with "no clean block" (a 16-worker trial; on a busy CI box, a 2 s test trial too): it now
     # measures one whole epoch past the deadline, and says so.
     import time
 

@@ -1,5 +1,5 @@
 """What loadertop.tune tries and keeps, over hand-built measurements (no loader, no workers): the sweep's range
-(issue 18 item 5), the sweep's rule and reason, and the other knobs tried at the count it keeps (issue 22 item 3)."""
+the sweep's rule and reason, and the other knobs tried at the count it keeps."""
 
 from __future__ import annotations
 
@@ -85,7 +85,7 @@ def test_a_climb_the_budget_ended_says_so() -> None:
 
 
 def test_what_the_budget_left_unmeasured_is_said() -> None:
-    # issue 22: the refine's last bisect was chosen, the budget ended before it ran, and prefetch was never tried at
+    # The refine's last bisect was chosen, the budget ended before it ran, and prefetch was never tried at
     # the count kept; neither the decisions nor the reason said so.
     tuner = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
     rates = {0: 280.0, 1: 280.0, 2: 370.0, 4: 600.0, 8: 640.0}

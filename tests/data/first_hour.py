@@ -1,4 +1,4 @@
-"""A user's own image pipeline, as issue 22's first hour had it: an ImageFolder-like dataset of JPEGs (PIL decode,
+"""A user's own image pipeline, as a first hour with loadertop has it: an ImageFolder-like dataset of JPEGs (PIL decode,
 random resized crop, flip, ToTensor + Normalize, done with PIL and numpy: torchvision is an extra), the loader
 keywords the user's factory sets, a small conv-net training step, and the mistake every new user makes once (a
 dataset that returns PIL images with no ToTensor)."""

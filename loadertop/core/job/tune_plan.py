@@ -5,7 +5,7 @@ the training loop measured. It takes them from the engine's search entry (engine
 Two phases: the planner climbs num_workers (the user's prefetch_factor and pin_memory) as far as the sweep would,
 bisects and repeats the finalists; then the other knobs are tried at the worker count the rule keeps, one at a time,
 and again at the new count should a knob move the choice. Trying them at a count chosen before the repeats would
-measure them where tune may not stay (issue 22).
+measure them where tune may not stay.
 
 The consumer ceiling (the most the step allows: batch size ÷ step time) comes from the step times measured so far,
 so the climb stops once a configuration is within noise of what the training step can take.

@@ -12,13 +12,13 @@ Both sides use these names: the job's publisher creates the folder, `loadertop a
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadertop.core.model.live_protocol import JobHello
+from loadertop.core.model.live_protocol import JobHello, decode
+from loadertop.core.model.wire import ProtocolError, VersionMismatch
 
 JOB_FILE = "job.json"
 SOCKET_FILE = "sock"
@@ -74,14 +74,18 @@ class JobInfo:
 
 
 def read_job(folder: Path) -> JobInfo | None:
-    """The job a folder describes, or None when it is not one (unreadable, malformed)."""
+    """The job a folder describes: its job.json read by the live protocol's codec, as the publisher wrote it. None
+    when the folder is not a job's (unreadable, malformed); wire.VersionMismatch (one line naming both versions)
+    when it is the job of another loadertop, which this one cannot watch."""
     try:
-        data = json.loads((folder / JOB_FILE).read_text())
-        data.pop("type", None)
-        hello = JobHello(**{**data, "argv": tuple(data.get("argv", ()))})
-    except (OSError, ValueError, TypeError):
+        hello = decode((folder / JOB_FILE).read_text())
+    except OSError:
         return None
-    return JobInfo(pid=hello.pid, folder=folder, hello=hello)
+    except VersionMismatch:
+        raise
+    except ProtocolError:
+        return None
+    return JobInfo(pid=hello.pid, folder=folder, hello=hello) if isinstance(hello, JobHello) else None
 
 
 def list_jobs(root: Path | None = None) -> list[JobInfo]:
@@ -94,7 +98,10 @@ def list_jobs(root: Path | None = None) -> list[JobInfo]:
         return []
     jobs = []
     for folder in folders:
-        job = read_job(folder)
+        try:
+            job = read_job(folder)
+        except VersionMismatch:
+            job = None  # another loadertop's job: not one this one can watch (kept while it runs)
         if job is not None and job.pid == int(folder.name) and pid_alive(job.pid):
             jobs.append(job)
         elif not pid_alive(int(folder.name)):

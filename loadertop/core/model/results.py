@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
@@ -143,10 +143,10 @@ class TrialResult:
         return cls(**fields)
 
 
-_TUPLES: tuple[str, ...] = (
-    "worker_uss_mb", "worker_uss_slope_mb_per_min", "rank_samples_per_s", "warnings", "boundary_wait_ms",
-    "rank_wait_ms_p99", "node_samples_per_s", "worker_uss_climbing",
-)  # fmt: skip
+# Its fields of plain values in a tuple (lists in JSON), read off their annotations: a field added is kept too.
+_TUPLES: tuple[str, ...] = tuple(
+    f.name for f in fields(TrialResult) if str(f.type).startswith("tuple[") and f.name != "node_trials"
+)
 
 
 @dataclass(frozen=True)

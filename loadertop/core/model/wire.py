@@ -20,6 +20,10 @@ class ProtocolError(ValueError):
     """A line that is not a message of this protocol version."""
 
 
+class VersionMismatch(ProtocolError):
+    """A hello of another version of the protocol: the peer is another loadertop (the message says which)."""
+
+
 class Tagged(Protocol):
     """A message kind: a dataclass with its `TYPE` tag."""
 
@@ -142,7 +146,7 @@ class Codec(Generic[M]):
         if kind is None:
             raise ProtocolError(f"unknown message type {tag!r}: {_clip(line)}")
         if kind is self._hello and data.get("version") != self.version:  # first, whatever else a newer hello has
-            raise ProtocolError(self._mismatch.format(theirs=repr(data.get("version")), ours=self.version))
+            raise VersionMismatch(self._mismatch.format(theirs=repr(data.get("version")), ours=self.version))
         fields = {f.name: str(f.type) for f in dataclasses.fields(kind)}
         if unknown := sorted(set(data) - set(fields)):
             raise ProtocolError(f"{tag}: unknown fields {', '.join(unknown)}")

@@ -13,6 +13,7 @@ import psutil
 
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.jobs import SOCKET_FILE, JobInfo, job_dir, list_jobs, read_job
+from loadertop.core.model.wire import VersionMismatch
 
 HOW_TO_WATCH = (
     "wrap the loader in the training loop: `for batch in loadertop.watch(loader):`, "
@@ -133,7 +134,7 @@ def _job_folder(text: str) -> JobInfo:
     folder = path.parent if path.name == SOCKET_FILE or path.is_socket() else path
     if not path.exists():
         raise AttachError(f"{text}: no such process or job folder")
-    job = read_job(folder)
+    job = _read(folder)
     if job is None:
         if not os.access(folder, os.R_OK | os.X_OK):
             raise AttachError(f"{text}: a job folder loadertop may not read (another user's job?)")
@@ -141,6 +142,14 @@ def _job_folder(text: str) -> JobInfo:
     if not psutil.pid_exists(job.pid):
         raise AttachError(f"{text}: its job (pid {job.pid}) is no longer running")
     return job
+
+
+def _read(folder: Path) -> JobInfo | None:
+    """read_job, a job of another loadertop as the one line that says so."""
+    try:
+        return read_job(folder)
+    except VersionMismatch as exc:
+        raise AttachError(f"{folder}: {exc}") from None
 
 
 def _only_job() -> JobInfo:
@@ -163,7 +172,7 @@ def resolve(target: int | str | None, scan_s: float = WORKER_SCAN_S) -> Target:
     else:
         pid = int(target)
         process = _process(pid)
-        found = read_job(job_dir(pid))
+        found = _read(job_dir(pid))
         if found is None or found.pid != pid:
             return _unwatched(process, scan_s)
         job = found
@@ -196,7 +205,9 @@ def publishing_descendants(pid: int) -> list[JobInfo]:
         return []
     found = []
     for child in sorted(children, key=lambda c: c.pid):
-        job = read_job(job_dir(child.pid))
+        job = None
+        with contextlib.suppress(VersionMismatch):  # another loadertop's rank: resolve says so if asked for it
+            job = read_job(job_dir(child.pid))
         if job is not None and job.pid == child.pid and _alive(child):
             found.append(job)
     return found
@@ -217,7 +228,10 @@ def launcher_ranks(target: int | str | None, scan_s: float = WORKER_SCAN_S) -> l
         return None
     pid = int(target)
     process = _process(pid)
-    own = read_job(job_dir(pid))
+    try:
+        own = read_job(job_dir(pid))
+    except VersionMismatch:
+        return None  # it publishes itself, with another loadertop: `resolve` says so
     if own is not None and own.pid == pid:
         return None
     deadline = time.monotonic() + scan_s

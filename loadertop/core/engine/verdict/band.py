@@ -84,7 +84,7 @@ class Noise:
         Before, a run's block spread stands in for it: wider than the noise of a mean over many blocks, but
         nothing else says how far two runs of one configuration can differ. Kept after the repeats, that proxy
         made every configuration but the fastest-read one "perhaps behind by more", so a flat curve's pick went
-        to whichever repeat read highest, most often the most workers (issue 18)."""
+        to whichever repeat read highest, most often the most workers."""
         if self.between is not None and self.dof >= TRUSTED_DOF:
             return max(self.between, *(self.own_se.get(t.config, _mean_se(t)) for t in trials))
         own = (self.own.get(t.config, t.spread or 0.0) for t in trials)

@@ -1,4 +1,4 @@
-"""Issue 22, item 7: what the screen says must be true and readable without colour, at 80×24 too.
+"""What the screen says is true and readable without colour, at 80×24 too.
 
 - a row rerun's "done" line counts what the rerun measured, not the merged table;
 - a total the adaptive search grows says by how much and why (the TUI's header, the headless counter);
@@ -98,7 +98,7 @@ def test_the_count_says_how_much_the_search_added_and_why() -> None:
 
 @pytest.mark.unit
 def test_the_finished_count_adds_up_when_planned_rungs_were_not_needed() -> None:
-    # The ladder 0, 1, 2, 4, 8, 16, 32, 64 planned; the search ran 5 of it, refined 3 and repeated 7 (issue 22's run
+    # The ladder 0, 1, 2, 4, 8, 16, 32, 64 planned; the search ran 5 of it, refined 3 and repeated 7 (a recorded run
     # ended "done: 15 trials (8 planned +10 repeat)": 8 + 10 is not 15)
     count = TrialCount(planned=8, total=18, added={"refine": 3, "repeat": 7})
     assert count.ran(15) == "5 planned +3 refine +7 repeat; 3 planned not needed"
