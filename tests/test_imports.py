@@ -153,3 +153,36 @@ def test_the_map_check_can_fail() -> None:
     """A module named only under another folder is not on the map."""
     placed = placed_on_the_map("core/\n  engine/ one: driver.py\n    live/ session.py, trial/ceiling.py")
     assert placed == {(("engine",), "driver.py"), (("live",), "session.py"), (("trial",), "ceiling.py")}
+
+
+# JSON written by hand is for files a user keeps (exports, run folders, the attach log) and a settings digest;
+# whatever crosses between processes goes through a protocol's codec (model/wire.py), typed and versioned.
+FILES_AND_DIGESTS = {
+    "loadertop/core/model/wire.py",
+    "loadertop/core/engine/report/export.py",
+    "loadertop/core/engine/report/runfolder.py",
+    "loadertop/core/nodes/join.py",
+    "loadertop/headless_attach.py",
+    "loadertop/tui/attach/app.py",
+}
+
+
+def json_by_hand(root: Path) -> set[str]:
+    return {
+        str(path.relative_to(root))
+        for path in (root / "loadertop").rglob("*.py")
+        if re.search(r"^\s*import json\b|^\s*from json import", path.read_text(), re.MULTILINE)
+    }
+
+
+@pytest.mark.unit
+def test_messages_between_processes_go_through_a_codec() -> None:
+    assert json_by_hand(ROOT) <= FILES_AND_DIGESTS
+
+
+@pytest.mark.unit
+def test_json_by_hand_is_found(tmp_path: Path) -> None:
+    (tmp_path / "loadertop").mkdir()
+    (tmp_path / "loadertop" / "runner.py").write_text('"""x"""\n\nimport json\n')
+    (tmp_path / "loadertop" / "other.py").write_text("import jsonschema\n")
+    assert json_by_hand(tmp_path) == {"loadertop/runner.py"}

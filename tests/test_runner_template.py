@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -85,3 +86,24 @@ def test_the_runner_inherits_this_process_limits_as_they_are_now_not_the_templat
             runner.close()
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+# A template of another loadertop: it says it is ready in another protocol version, then waits to be asked.
+OTHER_VERSION = """
+import json, os, socket, sys, time
+sock = socket.socket(fileno=int(sys.argv[1]))
+sock.send(json.dumps({"type": "ready", "version": 999, "pid": os.getpid()}).encode())
+sock.recv(4096)
+"""
+
+
+def test_a_template_of_another_protocol_version_is_never_asked_to_fork(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from loadertop.core.engine.drive import runner_start
+
+    monkeypatch.setattr(runner_start, "_template", None)  # this process's own template stays as it is
+    monkeypatch.setattr(runner_start, "TEMPLATE_ARGV", (sys.executable, "-c", OTHER_VERSION))
+    pid, parent = started(tmp_path, "a")
+    assert parent == os.getpid() and pid != parent  # exec'd by this process, as without a template
+    assert runner_start._template is None  # the other one was closed and forgotten

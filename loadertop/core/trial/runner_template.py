@@ -6,8 +6,8 @@ Importing torch takes about a second of CPU. An exec'd runner paid it for every 
 sweeps (the TUI's reruns, the Python API in a notebook, a dataset check that needs a fresh runner) now pays it once.
 The template does nothing else: it imports no user code, starts no thread and forks only runners.
 
-Requests come on the Unix socket FD (SOCK_SEQPACKET: one datagram a request), each a JSON object of the runner's
-environment and working directory, with the runner's stdin, stdout and stderr as passed descriptors.
+Requests come on the Unix socket FD (SOCK_SEQPACKET: one datagram a message, model/template_protocol.py), each a
+ForkRunner of the runner's environment and working directory, with its stdin, stdout and stderr as passed descriptors.
 The template forks, answers with the runner's pid, and the child becomes exactly what `python -m
 loadertop.core.trial.runner` would be: its own session, those three descriptors, that environment and path. The
 kernel reaps the runners (SIGCHLD ignored here); the driver follows each through a pidfd. The template leaves when
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import resource
 import signal
@@ -28,7 +27,15 @@ import socket
 import sys
 import tempfile
 import traceback
-from typing import Any
+
+from loadertop.core.model.template_protocol import (
+    TEMPLATE_PROTOCOL_VERSION,
+    ForkRunner,
+    RunnerForked,
+    TemplateReady,
+    decode,
+    encode,
+)
 
 IDLE_SECONDS = 120.0
 # The interpreter's own import path: what is left of sys.path without the working directory and PYTHONPATH.
@@ -45,7 +52,7 @@ def main() -> int:
 
     gc.collect()  # as the runner does before it forks: the import's garbage is not copied into every child
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # runners are reaped by the kernel
-    sock.send(json.dumps({"ready": os.getpid()}).encode())
+    sock.send(encode(TemplateReady(version=TEMPLATE_PROTOCOL_VERSION, pid=os.getpid())))
     sock.settimeout(IDLE_SECONDS)
     while True:
         try:
@@ -54,16 +61,19 @@ def main() -> int:
             return 0
         if not message:  # the driver closed its end
             return 0
+        request = decode(message)  # anything else than a ForkRunner: leave, the driver execs its runners instead
+        if not isinstance(request, ForkRunner):
+            return 1
         pid = os.fork()
         if pid == 0:
             sock.close()
-            _become_runner(json.loads(message), fds)  # never returns
+            _become_runner(request, fds)  # never returns
         for fd in fds:
             os.close(fd)
-        sock.send(json.dumps({"pid": pid}).encode())
+        sock.send(encode(RunnerForked(pid=pid)))
 
 
-def _become_runner(request: dict[str, Any], fds: list[int]) -> None:
+def _become_runner(request: ForkRunner, fds: list[int]) -> None:
     """In the forked child: the runner exactly as exec'd, then exit without running the template's exit code."""
     code = 1
     try:
@@ -74,9 +84,9 @@ def _become_runner(request: dict[str, Any], fds: list[int]) -> None:
             os.close(fd)
         _inherit(request)
         os.environ.clear()
-        os.environ.update(request["env"])
+        os.environ.update(request.env)
         tempfile.tempdir = None  # TMPDIR is the runner's own folder
-        os.chdir(request["cwd"])
+        os.chdir(request.cwd)
         sys.path[:] = _import_path(os.getcwd(), os.environ.get("PYTHONPATH", ""))
         sys.argv[:] = ["-m"]
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own stdin, for its whole life)
@@ -96,16 +106,16 @@ def _become_runner(request: dict[str, Any], fds: list[int]) -> None:
         os._exit(code)
 
 
-def _inherit(request: dict[str, Any]) -> None:
+def _inherit(request: ForkRunner) -> None:
     """What an exec'd runner would have inherited from its driver at this moment, not at the template's start: the
     resource limits (a lowered open-file limit), the CPUs it may run on, the umask."""
-    for name, (soft, hard) in request["limits"].items():
+    for name, (soft, hard) in request.limits.items():
         with contextlib.suppress(ValueError, OSError):  # a hard limit above the template's own cannot be raised
             resource.setrlimit(getattr(resource, name), (soft, hard))
-    if request["cpus"] and hasattr(os, "sched_setaffinity"):
+    if request.cpus and hasattr(os, "sched_setaffinity"):
         with contextlib.suppress(OSError):
-            os.sched_setaffinity(0, request["cpus"])
-    os.umask(request["umask"])
+            os.sched_setaffinity(0, request.cpus)
+    os.umask(request.umask)
 
 
 def _import_path(cwd: str, pythonpath: str) -> list[str]:

@@ -13,7 +13,6 @@ while importing) are the ones it imported with; another such environment gets a 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import resource
 import select
@@ -24,6 +23,15 @@ import threading
 import time
 from collections.abc import Mapping
 from typing import IO
+
+from loadertop.core.model.template_protocol import (
+    ForkRunner,
+    RunnerForked,
+    TemplateMessage,
+    TemplateReady,
+    decode,
+    encode,
+)
 
 TEMPLATE_ARGV = (sys.executable, "-m", "loadertop.core.trial.runner_template")
 TEMPLATE_START_TIMEOUT = 120.0  # importing torch on a cold, busy machine can take a while
@@ -91,9 +99,9 @@ class RunnerTemplate:
             readable, _, _ = select.select([self.sock], [], [], 0.1)
             if readable:
                 try:
-                    self.ready = "ready" in self._reply()
-                except (OSError, ValueError):  # it failed to import torch: the exec'd runner will say why
-                    return False
+                    self.ready = isinstance(self._reply(), TemplateReady)
+                except (OSError, ValueError):  # it failed to import torch (the exec'd runner will say why), or it is
+                    return False  # another loadertop's (a ProtocolError)
                 return self.ready
         return self.ready
 
@@ -103,12 +111,13 @@ class RunnerTemplate:
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         try:
-            request = json.dumps({"env": dict(env), "cwd": os.getcwd(), **inherited()}).encode()
+            request = encode(fork_request(env, os.getcwd()))
             socket.send_fds(self.sock, [request], [stdin_r, stdout_w, stderr])
             readable, _, _ = select.select([self.sock], [], [], REPLY_TIMEOUT)
-            pid = self._reply().get("pid") if readable else None
-            if not isinstance(pid, int):
+            reply = self._reply() if readable else None
+            if not isinstance(reply, RunnerForked):
                 raise OSError("the runner template did not fork a runner")
+            pid = reply.pid
         except BaseException:
             for fd in (stdin_w, stdout_r):
                 os.close(fd)
@@ -118,12 +127,12 @@ class RunnerTemplate:
                 os.close(fd)
         return ForkedRunner(pid, open(stdin_w, "wb"), open(stdout_r, "rb"))
 
-    def _reply(self) -> dict[str, object]:
+    def _reply(self) -> TemplateMessage:
+        """The template's next message; OSError when it is gone, ProtocolError (a ValueError) for anything else."""
         raw = self.sock.recv(4096)
         if not raw:
             raise OSError("the runner template is gone")
-        reply = json.loads(raw)
-        return reply if isinstance(reply, dict) else {}
+        return decode(raw)
 
     def close(self) -> None:
         self.sock.close()  # the template leaves at EOF
@@ -134,12 +143,13 @@ class RunnerTemplate:
             self.proc.wait()
 
 
-def inherited() -> dict[str, object]:
-    """What a child of this process inherits besides its environment and directory, as it is now: resource limits,
-    the CPUs it may use, the umask (a test or a user may have lowered the open-file limit since the template began)."""
+def fork_request(env: Mapping[str, str], cwd: str) -> ForkRunner:
+    """The request for a runner with this environment and directory, and what a child of this process inherits
+    besides, as it is now: resource limits, the CPUs it may use, the umask (a test or a user may have lowered the
+    open-file limit since the template began)."""
     limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")}
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    return {"limits": limits, "cpus": cpus, "umask": _umask()}
+    cpus = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    return ForkRunner(env=dict(env), cwd=cwd, limits=limits, cpus=cpus, umask=_umask())
 
 
 def _umask() -> int:
