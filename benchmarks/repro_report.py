@@ -129,12 +129,17 @@ def render(state: dict[str, Any]) -> str:
         f"accuracy = the ruler's mean at the pick ÷ its best mean (target ≥ {ACCURACY_TARGET}); cost = the search's "
         f"wall time ÷ the exhaustive 0-32 loadertop grid's (target ≤ {COST_TARGET}), and ÷ an exhaustive 0-32 "
         "plain-loop grid's (the ruler's per-run wall, interpolated); mutual = every run's pick lies in every run's "
-        f"equivalence set; fidelity = the figures loadertop reported within {FIDELITY[0]}–{FIDELITY[1]} of the ruler.",
+        f"equivalence set; fidelity = the figures loadertop reported within {FIDELITY[0]}–{FIDELITY[1]} of the ruler. "
+        "The ruler's own noise is the median, over its worker counts, of the relative standard deviation of its runs: "
+        "where it is wider than the fidelity band, no figure can be checked more closely than it. 'within it' counts "
+        "the figures within twice that noise at their count (at least the fidelity band); the median ratio of every "
+        "figure to its bracket shows a bias shared by the figures, which noise alone would not move from 1.",
         "",
         "## Summary",
         "",
-        "| workload | ruler best | picks | sets | mutual | accuracy | cost (grid / plain loop) | fidelity |",
-        "|---|---|---|---|---|---|---|---|",
+        "| workload | ruler best | picks | sets | mutual | accuracy | cost (grid / plain loop) | fidelity "
+        "| ruler's own noise | within it | median ratio |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for entry in state["workloads"].values():
         if not entry.get("passes") or not entry.get("searches"):
@@ -146,12 +151,15 @@ def render(state: dict[str, Any]) -> str:
         costs = [cost(entry, s) for s in entry["searches"]]
         rs = ratios(entry)
         inside = sum(1 for *_, r in rs if FIDELITY[0] <= r <= FIDELITY[1])
+        in_noise = sum(1 for _, n, _, r in rs if abs(r - 1.0) <= max(FIDELITY[1] - 1.0, 2 * (ref[n][1] or 0.0)))
+        noise = statistics.median(sd for _, sd, _ in ref.values() if sd is not None)
+        bias = statistics.median(r for *_, r in rs) if rs else None
         sets = " ".join("{" + ", ".join(map(str, s)) + "}" for _, s, _ in rows)
         lines.append(
             f"| {entry['title']} | {best} ({ref[best][0]:.0f}/s) | {', '.join(str(p) for p, _, _ in rows)} "
             f"| {sets} | {'yes' if mutual(entry) else 'no'} "
             f"| {', '.join(fmt(a) for a in accs)} | {', '.join(f'{fmt(g)} / {fmt(p)}' for g, p in costs)} "
-            f"| {inside}/{len(rs)} |"
+            f"| {inside}/{len(rs)} | {noise:.1%} | {in_noise}/{len(rs)} | {fmt(bias)} |"
         )
     lines.append("")
     for key, entry in state["workloads"].items():
