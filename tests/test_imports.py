@@ -7,6 +7,7 @@ module is to blame."""
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import pkgutil
@@ -186,3 +187,84 @@ def test_json_by_hand_is_found(tmp_path: Path) -> None:
     (tmp_path / "loadertop" / "runner.py").write_text('"""x"""\n\nimport json\n')
     (tmp_path / "loadertop" / "other.py").write_text("import jsonschema\n")
     assert json_by_hand(tmp_path) == {"loadertop/runner.py"}
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Module → the loadertop modules it imports, at the top or inside a function alike (`from pkg import sub`
+    of a submodule is an edge to the submodule only: the package's __init__ runs anyway, as Python's parent)."""
+    modules = {}
+    for path in (root / "loadertop").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        modules[name] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                subs = [f"{node.module}.{alias.name}" for alias in node.names]
+                subs = [s for s in subs if s in modules]
+                targets = subs if len(subs) == len(node.names) else [node.module, *subs]
+            else:
+                continue
+            graph[name] |= {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, edges = work[-1]
+            for target in edges:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph[target]))))
+                    break
+                if target in on_stack:
+                    low[node] = min(low[node], index[target])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        found.append(sorted(component))
+    return found
+
+
+@pytest.mark.unit
+def test_no_import_cycles() -> None:
+    assert cycles(import_graph(ROOT)) == []
+
+
+@pytest.mark.unit
+def test_an_import_cycle_is_found(tmp_path: Path) -> None:
+    package = tmp_path / "loadertop"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("import loadertop.b\n")
+    (package / "b.py").write_text("def f():\n    from loadertop import c\n")
+    (package / "c.py").write_text("from loadertop.a import x\n")
+    (package / "d.py").write_text("from loadertop import a\n")
+    assert cycles(import_graph(tmp_path)) == [["loadertop.a", "loadertop.b", "loadertop.c"]]
