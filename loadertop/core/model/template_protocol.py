@@ -8,11 +8,10 @@ the runner's stdin, stdout and stderr as passed descriptors, is answered by Runn
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from loadertop.core.model.wire import Codec, ProtocolError
+from loadertop.core.model.wire import Codec, ProtocolError, mapping_of
 
 TEMPLATE_PROTOCOL_VERSION = 1
 
@@ -51,21 +50,6 @@ class RunnerForked:
 TemplateMessage = TemplateReady | ForkRunner | RunnerForked
 
 
-def _mapping(read: Callable[[Any], Any]) -> Callable[[Any], dict[str, Any]]:
-    def decode(value: Any) -> dict[str, Any]:
-        if not isinstance(value, dict):
-            raise ProtocolError(f"expected an object, got {type(value).__name__}")
-        return {str(k): read(v) for k, v in value.items()}
-
-    return decode
-
-
-def _text(value: Any) -> str:
-    if not isinstance(value, str):
-        raise ProtocolError(f"expected a string, got {type(value).__name__}")
-    return value
-
-
 def _pair(value: Any) -> tuple[int, int]:
     if not (isinstance(value, list) and len(value) == 2 and all(type(v) is int for v in value)):
         raise ProtocolError(f"expected [soft, hard], got {value!r}")
@@ -78,8 +62,7 @@ _CODEC: Codec[TemplateMessage] = Codec(
     version=TEMPLATE_PROTOCOL_VERSION,
     mismatch="the runner template speaks protocol {theirs}, this loadertop {ours}",
     records={
-        "dict[str, str]": (dict, _mapping(_text)),
-        "dict[str, tuple[int, int]]": (lambda limits: {k: list(v) for k, v in limits.items()}, _mapping(_pair)),
+        "dict[str, tuple[int, int]]": (lambda limits: {k: list(v) for k, v in limits.items()}, mapping_of(_pair)),
     },
 )
 

@@ -71,6 +71,17 @@ def tuple_of(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
     return read_all
 
 
+def mapping_of(read: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """from JSON for a mapping of names to values (an object on the wire)."""
+
+    def read_all(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"expected an object, got {value!r}")
+        return {str(k): read(v) for k, v in value.items()}
+
+    return read_all
+
+
 def record(kind: Any) -> Callable[[Any], Any]:
     """from JSON for a record type with `from_dict` (an object on the wire)."""
 
@@ -98,6 +109,7 @@ _CODECS: dict[str, tuple[Callable[[Any], Any], Callable[[Any], Any]]] = {
     "tuple[int, ...]": (list, tuple_of(_int)),
     "tuple[float, ...]": (list, tuple_of(_float)),
     "tuple[str, ...]": (list, tuple_of(_str)),
+    "dict[str, str]": (dict, mapping_of(_str)),
     "TrialConfig": (TrialConfig.to_dict, record(TrialConfig)),
     "TrialConfig | None": (lambda c: None if c is None else c.to_dict(), optional(record(TrialConfig))),
     "Settings": (Settings.to_dict, record(Settings)),
