@@ -99,7 +99,8 @@ def test_a_node_that_never_joins_is_one_line_and_exit_2(nodes: Nodes) -> None:
     nodes.bare(1, [*ARGS, "--join-timeout", "3"], alone)
     assert nodes.wait(0, 30) == 2
     assert nodes.wait(1, 30) == 2
-    assert time.monotonic() - started < 3 + 8  # the timeout, Python's start and the store's
+    # The 3 s asked for, not the 60 s default: Python's and torch's start on a busy machine take the rest
+    assert time.monotonic() - started < Settings().join_timeout / 2
     assert nodes.err(0).strip().splitlines() == ["loadertop: error: node 1 of 2 did not join within 3 s"]
     lines = nodes.err(1).strip().splitlines()  # one line: not torch's log of every try
     assert len(lines) == 1 and lines[0].startswith("loadertop: error: node 1 of 2 could not reach the sweep's store")

@@ -62,7 +62,9 @@ def test_two_readers_at_once_share_the_cap(tmp_path: Path) -> None:
         for t in threads:
             t.join(timeout=30)
         elapsed = time.monotonic() - start
-    assert other >= 0.8 * SIZE
+    # First come, first served would leave the other with next to nothing; shared, it has had about half the time
+    # at the cap, and how much of it has reached the reader also depends on when its thread ran (a busy machine).
+    assert other >= 0.5 * SIZE
     assert elapsed >= 0.9 * 2 * SIZE / RATE  # together no faster than one cap: each got about half
 
 
