@@ -36,6 +36,7 @@ from loadertop.core.model.template_protocol import (
     decode,
     encode,
 )
+from loadertop.core.model.wire import ProtocolError
 
 IDLE_SECONDS = 120.0
 # The interpreter's own import path: what is left of sys.path without the working directory and PYTHONPATH.
@@ -61,8 +62,11 @@ def main() -> int:
             return 0
         if not message:  # the driver closed its end
             return 0
-        request = decode(message)  # anything else than a ForkRunner: leave, the driver execs its runners instead
-        if not isinstance(request, ForkRunner):
+        try:
+            request = decode(message)
+        except ProtocolError:
+            request = None
+        if not isinstance(request, ForkRunner):  # not a request of ours: leave, the driver execs its runners instead
             return 1
         pid = os.fork()
         if pid == 0:
