@@ -161,6 +161,7 @@ def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:
     stdin = sys.stdin.buffer
     assert isinstance(stdin, io.BufferedReader)  # the driver's pipe: peek() sees its end without taking a request
     exited = _exit_fd(pid)  # readable the moment the trial exits: no polling delay between trials
+    watched: list[Any] = [sys.stdin, *([] if ready is None else [ready]), *([] if exited is None else [exited])]
     try:
         while True:
             status = _reap(pid)
@@ -171,8 +172,7 @@ def _wait_child(pid: int, ready: int | None = None) -> ExitStatus | None:
                     _reap(pid)
                     time.sleep(0.02)
                 return status
-            watched: list[Any] = [sys.stdin] if ready is None else [sys.stdin, ready]
-            readable, _, _ = select.select([*watched, *([exited] if exited is not None else [])], [], [], 0.2)
+            readable, _, _ = select.select(watched, [], [], 0.2)
             if ready is not None and ready in readable and os.read(ready, 1):
                 return None
             if sys.stdin in readable and not stdin.peek(1):
