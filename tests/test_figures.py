@@ -59,15 +59,19 @@ def by_watch(records: list[tuple[float, float, int]], spans: int) -> tuple[float
     recorder.epoch_started(0, (), CONFIG)
     messages = []
     cut = max(1, len(records) // spans)
+    clock = 0.0  # the job's clock: each drain at the time its steps ended
     for i, (wait, step, samples) in enumerate(records):
         recorder.step(wait, step, samples)
+        clock += wait + step
         if (i + 1) % cut == 0:
-            messages += recorder.drain(now=float(i))
-    messages += recorder.drain(now=float(len(records)))
+            messages += recorder.drain(now=clock)
+    messages += recorder.drain(now=clock)
     interval = Interval()
-    MessageFold(started_wall=0.0, attach_wall=0.0).fold(messages, interval)
+    fold = MessageFold(started_wall=0.0, attach_wall=0.0)
+    fold.fold(messages, interval)
     assert sum(m.batches for m in messages if isinstance(m, JobSteps)) == len(records)
-    seconds = sum(w + s for w, s, _ in records)
+    seconds = fold.job_seconds(interval)
+    assert seconds is not None
     samples_per_s, _, stall, _ = interval.rates(seconds)
     p50, p95, p99, _ = interval.wait_tails()
     assert samples_per_s is not None and stall is not None

@@ -212,7 +212,8 @@ class LiveSession:
             self._leak.add(sample.t, {pid: known.get(pid) for pid in self._workers})
         last = samples[-1] if samples else None
         available = read_free_mb() if last is None else free_mb(last.mem_available_mb, last.cgroup_mem_headroom_mb)
-        samples_per_s, batches_per_s, stall, step_ms = interval.rates(seconds)
+        job_seconds = None if self._fold is None or self._lost is not None else self._fold.job_seconds(interval)
+        samples_per_s, batches_per_s, stall, step_ms = interval.rates(seconds if job_seconds is None else job_seconds)
         wait_p50, wait_p95, wait_p99, wait_max = interval.wait_tails()
         gpus, gpu_why = job_gpus(self._gpu, {self.pid, *self._workers})
         leak = self._leak.warning(available)

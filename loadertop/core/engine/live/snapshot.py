@@ -36,6 +36,12 @@ class Interval:
     dropped: int = 0
     epoch_ends: list[float] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    first_t: float | None = None  # the job's clock where its first step span folded here began
+    last_t: float | None = None  # the job's clock at its last message folded here
+
+    def saw(self, t: float, span_s: float = 0.0) -> None:
+        self.last_t = t if self.last_t is None else max(self.last_t, t)
+        self.first_t = t - span_s if self.first_t is None else min(self.first_t, t - span_s)
 
     def wait_tails(self) -> tuple[float | None, float | None, float | None, float | None]:
         """The wait's p50, p95 and p99 over the interval's waits (figures.wait_tails), and its maximum (ms)."""
@@ -87,6 +93,7 @@ class MessageFold:
 
     def __init__(self, started_wall: float, attach_wall: float) -> None:
         self._shift = started_wall - attach_wall
+        self._shown_t = -self._shift  # the job's clock where the last interval's figures ended: attach, at first
         self.epoch: int | None = None
         self.worker_pids: dict[int, tuple[int, ...]] = {}  # loader -> its live iterator's workers
 
@@ -100,6 +107,7 @@ class MessageFold:
             elif isinstance(message, JobSteps):
                 self.epoch = message.epoch
                 if message.t + self._shift >= -SLACK_S:
+                    interval.saw(message.t, message.span_s)
                     interval.batches += message.batches
                     interval.samples += message.samples
                     interval.wait_s += message.wait_s
@@ -109,10 +117,24 @@ class MessageFold:
                     if message.wait_ms_max is not None:
                         interval.wait_max_ms.append(message.wait_ms_max)
             elif isinstance(message, JobEpoch):
+                if message.t + self._shift >= -SLACK_S:
+                    interval.saw(message.t)
                 interval.epoch_ends.append(round(message.t + self._shift, 3))
                 interval.notes.append(_epoch_note(message))
             elif isinstance(message, TuneStep | TuneChose):
                 interval.notes.append(_tune_note(message))
+
+    def job_seconds(self, interval: Interval) -> float | None:
+        """How long the job took for what the interval holds, on the job's own clock: from the last interval's
+        last message (or the start of a span that began before attach and counts whole) to this one's last.
+        Rates over it are the job's stopwatch rates: a span that reaches the viewer late moves to the next
+        interval with its own time, never halving one interval and doubling the next. None when the job said
+        nothing."""
+        if interval.last_t is None:
+            return None
+        start = self._shown_t if interval.first_t is None else min(self._shown_t, interval.first_t)
+        seconds, self._shown_t = interval.last_t - start, interval.last_t
+        return seconds
 
     def workers(self) -> tuple[int, ...]:
         return tuple(dict.fromkeys(pid for pids in self.worker_pids.values() for pid in pids))
