@@ -16,6 +16,7 @@ IDLE = 0.5  # nor CPU-bound below this share
 SLOWER_AGAIN = re.compile(r"slower again at (\d+) workers? \(([−+])([\d.]+)%\)")
 ARE_SLOWER = re.compile(r"are slower \((\d+) vs (\d+) samples/s")
 REPEAT = re.compile(r" \(repeat of #\d+\)$")
+BEST = re.compile(r", (within noise of )?best(;|$)")  # a clause of its own: a note may follow it after a ";"
 NO_SPEED = re.compile(r"no speed \((\d+) vs (\d+) samples/s, within ([\d.]+)%\)")
 
 
@@ -50,7 +51,7 @@ def _within_noise(curve: list[TrialResult], equivalent: tuple[object, ...]) -> l
     found = []
     for t in curve:
         row = REPEAT.sub("", t.reason)
-        says = ", within noise of best" in row or row.endswith(", best")
+        says = BEST.search(row) is not None
         if says != (t.config in equivalent):
             held = "is" if t.config in equivalent else "is not"
             found.append(f"#{t.index} w={t.config.num_workers}: its row says {row!r}, but it {held} in the ≈ set")
