@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, SequentialSampler, WeightedRandomSampler
 
 from loadertop.core.datasets.spec import check_dataset
-from loadertop.core.engine.verdict.outcome import conclude
+from loadertop.core.engine.verdict.outcome import DatasetFacts, conclude
 from loadertop.core.engine.verdict.snippet import UserArgs, snippet
 from loadertop.core.job.resume import current_config, user_args
 from loadertop.core.job.tune_plan import Tuner, tune_settings
@@ -100,13 +100,13 @@ def test_the_sweeps_snippet_keeps_a_factorys_arguments() -> None:
     assert args == ("shuffle=True", "drop_last=True", "collate_fn=pad")
     trials = [trial(0, 0, 100.0), trial(1, 1, 150.0), trial(2, 2, 300.0), trial(3, 4, 305.0)]
     settings = Settings(start_methods=("fork",), tolerance=0.05)
-    rec = conclude(trials, settings, machine(), loader_args=args).result.recommendation
+    rec = conclude(trials, settings, machine(), dataset=DatasetFacts(loader_args=args)).result.recommendation
     assert rec is not None
     assert rec.snippet == (
         "DataLoader(dataset, batch_size=32, shuffle=True, drop_last=True, collate_fn=pad, num_workers=2)"
     )
     ranks = dataclasses.replace(settings, ranks=2)
-    rec = conclude(trials, ranks, machine(), loader_args=args).result.recommendation
+    rec = conclude(trials, ranks, machine(), dataset=DatasetFacts(loader_args=args)).result.recommendation
     assert rec is not None  # our DistributedSampler shuffles: the factory's shuffle would be rejected beside it
     assert rec.snippet == (
         "DataLoader(dataset, batch_size=32, sampler=DistributedSampler(dataset), drop_last=True, collate_fn=pad, "

@@ -32,7 +32,7 @@ from loadertop.core.engine.drive.trial_watch import TrialWatch
 from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
 from loadertop.core.engine.search.adaptive import make_planner
-from loadertop.core.engine.verdict.outcome import conclude
+from loadertop.core.engine.verdict.outcome import DatasetFacts, conclude
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.machine.guards import (
@@ -302,10 +302,7 @@ class Sweep:
             machine,
             ceilings=self._ceilings,
             search_trace=tuple(self.planner.trace),
-            iterable=checked.iterable,
-            loader_args=checked.extra_args,
-            graph=checked.graph,
-            loader=checked.loader,
+            dataset=DatasetFacts.of(checked),
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
         for note in conclusion.notes:

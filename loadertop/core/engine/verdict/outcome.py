@@ -16,6 +16,7 @@ from loadertop.core.engine.verdict.snippet import UserArgs, graph_snippet, snipp
 from loadertop.core.engine.verdict.stops import last_stop
 from loadertop.core.engine.verdict.usl import fit_curve
 from loadertop.core.model.config import Settings
+from loadertop.core.model.protocol import Checked
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
 
 
@@ -25,6 +26,20 @@ class Conclusion:
     notes: tuple[str, ...]  # what the analysis wants said (knee rules, the USL fit)
 
 
+@dataclass(frozen=True)
+class DatasetFacts:
+    """What the runner's check found about the dataset that shapes the conclusion (model/protocol.py Checked)."""
+
+    iterable: bool = False  # an IterableDataset: its per-rank snippet gets no DistributedSampler
+    loader_args: tuple[str, ...] = ()  # the DataLoader arguments the factory returned, as "name=text"
+    graph: tuple[str, ...] = ()  # a torchdata.nodes graph's swept nodes: the snippet is their constructor lines
+    loader: str = "DataLoader"  # the class the trials built (a factory's StatefulDataLoader: the snippet's too)
+
+    @classmethod
+    def of(cls, checked: Checked) -> DatasetFacts:
+        return cls(checked.iterable, checked.extra_args, checked.graph, checked.loader)
+
+
 def conclude(
     trials: list[TrialResult],
     settings: Settings,
@@ -32,22 +47,16 @@ def conclude(
     *,
     ceilings: tuple[Ceiling, ...] = (),
     search_trace: tuple[SearchStep, ...] = (),
-    iterable: bool = False,
-    loader_args: tuple[str, ...] = (),
+    dataset: DatasetFacts = DatasetFacts(),
     rerun_of: SweepResult | None = None,
-    graph: tuple[str, ...] = (),
-    loader: str = "DataLoader",
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
-    the same configurations and the whole table is judged again (engine/verdict/rerun.py). `loader_args`: the DataLoader
-    arguments the dataset factory returned, as "name=text" (the snippet keeps them). `graph`: a torchdata.nodes
-    graph's swept nodes as the runner's check described them (the snippet is then their constructor lines).
-    `loader`: the class the trials built (a factory's StatefulDataLoader: the snippet builds one too)."""
-    evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), iterable)
+    the same configurations and the whole table is judged again (engine/verdict/rerun.py)."""
+    evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), dataset.iterable)
     if rerun_of is not None:
         evidence = fold_rerun(rerun_of, evidence)
-    conclusion = _judge(evidence, machine, UserArgs(_pairs(loader_args), loader=loader))
-    return _as_graph(conclusion, graph, machine) if graph else conclusion
+    conclusion = _judge(evidence, machine, UserArgs(_pairs(dataset.loader_args), loader=dataset.loader))
+    return _as_graph(conclusion, dataset.graph, machine) if dataset.graph else conclusion
 
 
 def _as_graph(conclusion: Conclusion, graph: tuple[str, ...], machine: MachineInfo) -> Conclusion:
