@@ -362,15 +362,14 @@ def run_face(
     kept: list[TrialResult],
     link: NodeLink | None,
 ) -> int:
+    from loadertop.core.engine import SweepRequest
+
+    request = SweepRequest(settings, out_dir=args.out, previous=previous, resume=tuple(kept), json_path=args.json,
+                           csv_path=args.csv, nodes=link)  # fmt: skip
     if headless:
         from loadertop.headless import run_headless
 
-        return run_headless(
-            settings, out_dir=args.out, json_path=args.json, csv_path=args.csv,
-            previous=previous, resume=kept, nodes=link,
-        )  # fmt: skip
+        return run_headless(request)
     from loadertop.tui import run_tui
 
-    return run_tui(
-        settings, out_dir=args.out, previous=previous, resume=kept, json_path=args.json, csv_path=args.csv, nodes=link
-    )
+    return run_tui(request)

@@ -11,7 +11,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TextIO
@@ -22,9 +22,9 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from loadertop.core.engine import (
-    NodeLink,
     Report,
     Sweep,
+    SweepRequest,
     TrialCount,
     build_report,
     clock,
@@ -34,7 +34,6 @@ from loadertop.core.engine import (
     write_csv,
     write_json,
 )
-from loadertop.core.model.config import Settings
 from loadertop.core.model.events import (
     Event,
     Notice,
@@ -257,19 +256,9 @@ class Reporter:
         self.out.print(f"Wall time {clock(result.wall_s)}; run folder {result.run_dir}", markup=False)
 
 
-def run_headless(
-    settings: Settings,
-    *,
-    out_dir: Path | None,
-    json_path: Path | None,
-    csv_path: Path | None,
-    out: TextIO = sys.stdout,
-    err: TextIO = sys.stderr,
-    previous: SweepResult | None = None,
-    resume: Sequence[TrialResult] = (),
-    nodes: NodeLink | None = None,
-) -> int:
-    sweep = Sweep(settings, out_dir=out_dir, previous=previous, resume=resume, nodes=nodes)
+def run_headless(request: SweepRequest, *, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    sweep = Sweep.of(request)
+    previous = request.previous
     reporter = Reporter(out, err, previous, checked=sweep.checked)
     caught: list[int] = []
 
@@ -289,7 +278,7 @@ def run_headless(
             signal.signal(sig, handler)
     result = sweep.result
     assert result is not None
-    failed = _export(reporter, result, previous, json_path, csv_path)
+    failed = _export(reporter, result, previous, request.json_path, request.csv_path)
     if caught:
         return EXIT_INTERRUPTED if caught[0] == signal.SIGINT else 128 + caught[0]
     return EXIT_FAILED if failed else 0

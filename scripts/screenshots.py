@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 from textual.pilot import Pilot  # noqa: E402
 
-from loadertop.core.engine import open_session  # noqa: E402
+from loadertop.core.engine import SweepRequest, open_session  # noqa: E402
 from loadertop.core.model.config import Settings  # noqa: E402
 from loadertop.tui.app import LoadertopApp, make_app  # noqa: E402
 from loadertop.tui.attach.app import AttachApp  # noqa: E402
@@ -123,7 +123,7 @@ async def nodes(settings: Settings, out: Path) -> int:
     try:
         settings, link = join_launch(mine)
         with tempfile.TemporaryDirectory(prefix="loadertop-screenshots-") as runs:
-            app = make_app(settings, out_dir=Path(runs), theme=None, nodes=link)
+            app = make_app(SweepRequest(settings, out_dir=Path(runs), nodes=link), theme=None)
             async with app.run_test(size=SIZES[0]) as pilot:
                 await until(pilot, lambda: app.state.phase != "running", timeout=900)
                 if app.state.phase != "finished":
@@ -149,7 +149,7 @@ async def main(args: argparse.Namespace) -> int:
     if args.nodes:
         return await nodes(settings, out)
     with tempfile.TemporaryDirectory(prefix="loadertop-screenshots-") as runs:
-        app = make_app(settings, out_dir=Path(runs), theme=args.theme)
+        app = make_app(SweepRequest(settings, out_dir=Path(runs)), theme=args.theme)
         async with app.run_test(size=SIZES[0]) as pilot:
             middle = len(settings.workers) // 2
             state = app.state

@@ -12,7 +12,7 @@ from typing import Any
 
 from tui_fakes import sync, wait_until
 
-from loadertop.core.engine import Sweep, mb, num, slope
+from loadertop.core.engine import Sweep, SweepRequest, mb, num, slope
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, ProbeSample
 from loadertop.core.model.results import SweepResult
@@ -53,7 +53,7 @@ async def test_the_pane_and_headless_render_the_same_memory(runs: Path, no_lefto
         teed.append(Teed(Sweep(settings, out_dir=runs, previous=previous, only=only), reporter))
         return teed[0]
 
-    app = make_app(SETTINGS, sweep_factory=factory)  # type: ignore[arg-type]
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)  # type: ignore[arg-type]
     async with app.run_test(size=(120, 40)) as pilot:
 
         def fitted() -> bool:  # the running trial's tick with every worker's slope fitted

@@ -12,7 +12,7 @@ from tui_fakes import sync, wait_until
 
 import loadertop.core.nodes as nodes_package
 from loadertop.cli import build_parser, settings_from_args
-from loadertop.core.engine import Launch
+from loadertop.core.engine import Launch, SweepRequest
 from loadertop.core.engine.nodes import OneNode
 from loadertop.core.model.config import Settings
 from loadertop.core.nodes import StoreLink, join_nodes
@@ -40,7 +40,7 @@ async def test_q_on_node_0s_tui_stops_every_node(nodes: Nodes, runs: Path) -> No
     nodes.bare(1, args, pieces(nodes, 1))
     settings, link = join_as_node_0(nodes, args)
     assert [n.node_rank for n in link.nodes()] == [0, 1]
-    app = make_app(settings, out_dir=runs, nodes=link)
+    app = make_app(SweepRequest(settings, out_dir=runs, nodes=link))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.state.live is not None and len(app.state.live.batches_per_s) >= 1, 120)
         pressed = time.monotonic()
@@ -57,7 +57,7 @@ async def test_node_1_lost_fails_the_trial_in_node_0s_tui(nodes: Nodes, runs: Pa
     args = [*ARGS, "--trial-seconds", "30"]
     nodes.bare(1, args, pieces(nodes, 1))
     settings, link = join_as_node_0(nodes, args)
-    app = make_app(settings, out_dir=runs, nodes=link)
+    app = make_app(SweepRequest(settings, out_dir=runs, nodes=link))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.state.live is not None and len(app.state.live.batches_per_s) >= 1, 120)
         killed = time.monotonic()
@@ -76,7 +76,7 @@ async def test_node_1_lost_fails_the_trial_in_node_0s_tui(nodes: Nodes, runs: Pa
 @pytest.mark.tui
 def test_a_rerun_after_the_many_node_sweep_measures_this_node_whole(runs: Path) -> None:
     link = object()  # only handed on: the first sweep takes it, a later `r` runs without it
-    make = engine_factory(runs, (), nodes=link)  # type: ignore[arg-type]
+    make = engine_factory(SweepRequest(Settings(), out_dir=runs, nodes=link))  # type: ignore[arg-type]
     two = Settings(workers=(0,), nodes=2, node_rank=0)
     first, rerun = make(two, None, None), make(two, None, None)
     assert first.settings.nodes == 2 and first._nodes is link  # type: ignore[attr-defined]

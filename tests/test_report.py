@@ -22,6 +22,7 @@ from loadertop.core.engine import (
     HEADERS,
     NONE,
     Report,
+    SweepRequest,
     build_report,
     clock,
     duration_text,
@@ -290,7 +291,7 @@ class ReplayFactory(FakeSweepFactory):
 @pytest.mark.tui
 @sync
 async def test_tui_results_table(tmp_path: Path) -> None:
-    app = make_app(RESULT.settings, sweep_factory=ReplayFactory(tmp_path), previous=PREVIOUS)
+    app = make_app(SweepRequest(RESULT.settings, previous=PREVIOUS), sweep_factory=ReplayFactory(tmp_path))
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         app.flush(everything=True)
@@ -330,10 +331,8 @@ def test_a_failed_export_says_which_file_and_why(tmp_path: Path) -> None:
 def test_a_failed_export_exits_1_and_the_run_folder_keeps_every_trial(tmp_path: Path) -> None:
     settings = Settings(workers=(0, 1), search="grid", trial_seconds=0.6, block_seconds=0.1, interval=0.2)
     err = io.StringIO()
-    code = run_headless(
-        settings, out_dir=tmp_path / "runs", json_path=tmp_path / "gone" / "out.json", csv_path=None,
-        out=io.StringIO(), err=err,
-    )  # fmt: skip
+    request = SweepRequest(settings, out_dir=tmp_path / "runs", json_path=tmp_path / "gone" / "out.json")
+    code = run_headless(request, out=io.StringIO(), err=err)
     assert code == EXIT_FAILED, err.getvalue()
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert len((run_dir / "trials.jsonl").read_text().splitlines()) == 2
@@ -345,7 +344,7 @@ async def test_tui_marks_the_equivalence_set(tmp_path: Path) -> None:
     result = with_equivalents()
     rec = result.recommendation
     assert rec is not None
-    app = make_app(result.settings, sweep_factory=ReplayFactory(tmp_path, result))
+    app = make_app(SweepRequest(result.settings), sweep_factory=ReplayFactory(tmp_path, result))
     async with app.run_test(size=(160, 40)) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         app.flush(everything=True)

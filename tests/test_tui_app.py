@@ -24,6 +24,7 @@ from tui_fakes import (
     wait_until,
 )
 
+from loadertop.core.engine import SweepRequest
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.events import Event
 from loadertop.tui.app import LoadertopApp, make_app
@@ -58,7 +59,7 @@ def factory(tmp_path: Path) -> FakeSweepFactory:
 @pytest.mark.tui
 @sync
 async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         app.flush(everything=True)
@@ -91,7 +92,7 @@ async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
 @sync
 async def test_two_gpus_show_a_sparkline_each_with_numbers(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, machine=GPU_MACHINE, hold_at=3)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 3))
         app.flush(everything=True)
@@ -112,7 +113,7 @@ async def test_two_gpus_show_a_sparkline_each_with_numbers(tmp_path: Path) -> No
 @sync
 async def test_p_pauses_and_resumes(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 2))
         await pilot.press("p")
@@ -132,7 +133,7 @@ async def test_p_pauses_and_resumes(tmp_path: Path) -> None:
 @sync
 async def test_s_stops_after_the_current_trial(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 2))
         await pilot.press("s")
@@ -152,7 +153,7 @@ async def test_s_stops_after_the_current_trial(tmp_path: Path) -> None:
 @sync
 async def test_q_mid_sweep_cancels_and_returns_130_promptly(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 2))
         started = time.monotonic()
@@ -169,7 +170,7 @@ async def test_q_mid_sweep_cancels_and_returns_130_promptly(tmp_path: Path) -> N
 @sync
 async def test_q_while_paused_still_cancels(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 2))
         await pilot.press("p", "q")
@@ -180,7 +181,7 @@ async def test_q_while_paused_still_cancels(tmp_path: Path) -> None:
 @pytest.mark.tui
 @sync
 async def test_q_after_the_sweep_returns_0(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("q")
@@ -191,7 +192,7 @@ async def test_q_after_the_sweep_returns_0(factory: FakeSweepFactory) -> None:
 @pytest.mark.tui
 @sync
 async def test_r_reruns_and_the_table_shows_the_change(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         first = app.state.result
@@ -210,7 +211,7 @@ async def test_r_reruns_and_the_table_shows_the_change(factory: FakeSweepFactory
 @sync
 async def test_r_during_a_sweep_cancels_it_then_starts_over(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 2))
         await pilot.press("r")
@@ -225,7 +226,7 @@ async def test_r_during_a_sweep_cancels_it_then_starts_over(tmp_path: Path) -> N
 @pytest.mark.tui
 @sync
 async def test_enter_reruns_the_highlighted_row_with_a_tighter_spread(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         rec = app.state.recommendation
@@ -248,7 +249,7 @@ async def test_enter_reruns_the_highlighted_row_with_a_tighter_spread(factory: F
 @sync
 async def test_enter_during_a_sweep_only_warns(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=2)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 2))
         await pilot.press("enter")
@@ -260,7 +261,7 @@ async def test_enter_during_a_sweep_only_warns(tmp_path: Path) -> None:
 @pytest.mark.tui
 @sync
 async def test_plus_and_minus_change_the_worker_range_and_rerun(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("+")
@@ -290,7 +291,7 @@ async def test_e_exports_into_the_run_folder_with_the_engine_writers(
             Path(path).write_text(kind)
 
         monkeypatch.setattr(f"loadertop.core.engine.write_{kind}", writer)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("e")
@@ -306,7 +307,7 @@ async def test_e_exports_into_the_run_folder_with_the_engine_writers(
 @sync
 async def test_e_works_mid_sweep(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=3)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 3))
         await pilot.press("e")
@@ -320,7 +321,7 @@ async def test_e_works_mid_sweep(tmp_path: Path) -> None:
 @sync
 async def test_e_before_any_trial_warns(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path, hold_at=0)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, held(factory, app, 0))
         await pilot.press("e", "y")
@@ -334,7 +335,7 @@ async def test_e_before_any_trial_warns(tmp_path: Path) -> None:
 @pytest.mark.tui
 @sync
 async def test_y_copies_the_snippet_and_writes_snippet_py(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         await pilot.press("y")
@@ -353,7 +354,7 @@ async def test_y_copies_the_snippet_and_writes_snippet_py(factory: FakeSweepFact
 @pytest.mark.tui
 @sync
 async def test_question_mark_lists_every_key(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot.press("?")
         assert isinstance(app.screen, HelpScreen)
@@ -378,7 +379,7 @@ def test_every_key_is_in_the_footer_and_needs_no_modifier() -> None:
 @pytest.mark.tui
 @sync
 async def test_footer_fits_80_columns(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: finished(app))
         footer = app.screen.query_one("Footer")
@@ -390,21 +391,21 @@ async def test_footer_fits_80_columns(factory: FakeSweepFactory) -> None:
 @pytest.mark.tui
 @sync
 async def test_t_switches_to_the_light_theme_and_back(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         assert app.theme == "textual-dark"
         await pilot.press("t")
         assert app.theme == "textual-light"
         await pilot.press("t")
         assert app.theme == "textual-dark"
-    assert make_app(SETTINGS, sweep_factory=factory, theme="light").theme == "textual-light"
+    assert make_app(SweepRequest(SETTINGS), sweep_factory=factory, theme="light").theme == "textual-light"
 
 
 @pytest.mark.tui
 @sync
 async def test_light_theme_from_the_environment(factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOADERTOP_THEME", "light")
-    assert make_app(SETTINGS, sweep_factory=factory).theme == "textual-light"
+    assert make_app(SweepRequest(SETTINGS), sweep_factory=factory).theme == "textual-light"
 
 
 @pytest.mark.tui
@@ -413,7 +414,7 @@ async def test_no_color_is_honoured_and_marks_survive(
     factory: FakeSweepFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     assert app.no_color
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
@@ -424,7 +425,7 @@ async def test_no_color_is_honoured_and_marks_survive(
 @pytest.mark.tui
 @sync
 async def test_too_small_terminal_shows_a_notice(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=(70, 20)) as pilot:
         await pilot.pause()
         notice = app.query_one("#too-small")
@@ -450,7 +451,7 @@ async def test_an_engine_error_is_shown_and_the_app_stays_up(tmp_path: Path) -> 
     def factory(settings, previous, only):  # type: ignore[no-untyped-def]
         return CrashingSweep(settings, previous, only, machine=GPU_MACHINE, run_dir=tmp_path)
 
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "crashed")
         assert "sweep failed: RuntimeError: runner exploded" in text(app.query_one(HeaderPane))
@@ -465,7 +466,7 @@ async def test_bad_input_from_the_factory_exits_2(tmp_path: Path) -> None:
     def factory(settings, previous, only):  # type: ignore[no-untyped-def]
         raise UsageError("--dataset nope.py:build: no such file")
 
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "crashed")
         assert "no such file" in text(app.query_one(HeaderPane))
@@ -485,7 +486,7 @@ async def test_samples_do_not_redraw_the_table(tmp_path: Path, monkeypatch: pyte
 
     monkeypatch.setattr(ResultsTable, "update_view", counting)
     factory = FakeSweepFactory(tmp_path)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
     # mount + start + SweepStarted + (started, finished) per trial + one notice + SweepFinished: not per sample.
@@ -495,7 +496,7 @@ async def test_samples_do_not_redraw_the_table(tmp_path: Path, monkeypatch: pyte
 @pytest.mark.tui
 @sync
 async def test_after_the_sweep_the_highlighted_row_fills_the_panes(factory: FakeSweepFactory) -> None:
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         assert "trial 5 w=4" in str(app.query_one(MemoryPane).border_title)
@@ -516,7 +517,7 @@ def test_run_tui_returns_the_app_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_
         self._return_code = 130
 
     monkeypatch.setattr(LoadertopApp, "run", fake_run)
-    assert tui.run_tui(SETTINGS, out_dir=tmp_path) == 130
+    assert tui.run_tui(SweepRequest(SETTINGS, out_dir=tmp_path)) == 130
     assert callable(seen["factory"])
 
 
@@ -524,7 +525,7 @@ def test_run_tui_returns_the_app_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_
 @sync
 async def test_enter_right_after_arrow_keys_reruns_the_row_they_moved_to(factory: FakeSweepFactory) -> None:
     # Over SSH the keys arrive together: enter must see the cursor where the arrows left it.
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: finished(app))
         for key in ("down", "down", "enter"):
@@ -542,7 +543,7 @@ async def test_a_previous_result_from_disk_is_the_baseline(tmp_path: Path) -> No
         pass
     factory = FakeSweepFactory(tmp_path / "b")
     factory.sweeps.append(sweep)  # so the next one is "8% faster"
-    app = make_app(SETTINGS, sweep_factory=factory, previous=sweep.result)
+    app = make_app(SweepRequest(SETTINGS, previous=sweep.result), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: len(factory.sweeps) == 2 and finished(app))
         assert factory.calls[0][1] is sweep.result

@@ -13,6 +13,7 @@ import pytest
 from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, wait_until
 
 import loadertop.tui as tui
+from loadertop.core.engine import SweepRequest
 from loadertop.core.model.results import TrialResult
 from loadertop.tui.app import LoadertopApp
 from loadertop.tui.sweep_api import engine_factory
@@ -24,7 +25,7 @@ SIZE = (120, 40)
 
 def drive(monkeypatch: pytest.MonkeyPatch, factory: FakeSweepFactory, until: Callable[[LoadertopApp], bool]) -> None:
     """run_tui with the fake engine; the 'terminal' presses q once `until` holds."""
-    monkeypatch.setattr("loadertop.tui.app.engine_factory", lambda out_dir, resume, nodes=None: factory)
+    monkeypatch.setattr("loadertop.tui.app.engine_factory", lambda request: factory)
 
     async def press_q(app: LoadertopApp) -> None:
         async with app.run_test(size=SIZE) as pilot:
@@ -39,7 +40,7 @@ def test_json_and_csv_are_written_when_the_sweep_ends(
 ) -> None:
     drive(monkeypatch, FakeSweepFactory(tmp_path / "runs"), lambda app: app.state.phase == "finished")
     out, table = tmp_path / "out.json", tmp_path / "out.csv"
-    assert tui.run_tui(SETTINGS, out_dir=tmp_path, json_path=out, csv_path=table) == 0
+    assert tui.run_tui(SweepRequest(SETTINGS, out_dir=tmp_path, json_path=out, csv_path=table)) == 0
     result = json.loads(out.read_text())
     assert len(result["trials"]) == len(WORKERS) and not result["interrupted"]
     assert result["recommendation"]["config"]["num_workers"] == 4
@@ -53,7 +54,7 @@ def test_quit_mid_sweep_writes_the_finished_trials_marked_interrupted(
     factory = FakeSweepFactory(tmp_path / "runs", hold_at=2)
     drive(monkeypatch, factory, lambda app: factory.sweeps[0].held.is_set() and app.state.current == 2)
     out = tmp_path / "out.json"
-    assert tui.run_tui(SETTINGS, out_dir=tmp_path, json_path=out) == 130
+    assert tui.run_tui(SweepRequest(SETTINGS, out_dir=tmp_path, json_path=out)) == 130
     result = json.loads(out.read_text())
     assert result["interrupted"] and [t["config"]["num_workers"] for t in result["trials"]] == [0, 1]
     assert capsys.readouterr().err.splitlines() == [f"loadertop: wrote {out}"]
@@ -65,7 +66,7 @@ def test_a_failed_write_is_named_and_exits_1(
     drive(monkeypatch, FakeSweepFactory(tmp_path / "runs"), lambda app: app.state.phase == "finished")
     (tmp_path / "a-file").write_text("")
     out, table = tmp_path / "a-file" / "out.json", tmp_path / "out.csv"
-    assert tui.run_tui(SETTINGS, out_dir=tmp_path, json_path=out, csv_path=table) == 1
+    assert tui.run_tui(SweepRequest(SETTINGS, out_dir=tmp_path, json_path=out, csv_path=table)) == 1
     err = capsys.readouterr().err.splitlines()
     assert err == [f"loadertop: error: cannot write {out}: Not a directory", f"loadertop: wrote {table}"]
     assert table.exists()
@@ -80,7 +81,7 @@ def test_resume_goes_to_the_first_sweep_only(monkeypatch: pytest.MonkeyPatch) ->
 
     monkeypatch.setattr("loadertop.core.engine.Sweep", Recorder)
     kept = TrialResult(0, SETTINGS.trial_configs()[0], "ok", samples_per_s=800.0)
-    make = engine_factory(None, [kept])
+    make = engine_factory(SweepRequest(SETTINGS, resume=(kept,)))
     make(SETTINGS, None, None)  # the resumed run
     make(SETTINGS, None, None)  # `r` later: measured afresh
     assert seen == [(kept,), ()]

@@ -12,7 +12,7 @@ import pytest
 from test_nodes_report import ONE_NODE, two_nodes
 from tui_fakes import sync, wait_until
 
-from loadertop.core.engine import build_report
+from loadertop.core.engine import SweepRequest, build_report
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, SweepFinished, SweepStarted, TrialFinished
 from loadertop.core.model.results import SweepResult
@@ -66,7 +66,7 @@ def app_for(result: SweepResult) -> tuple[LoadertopApp, list[ReplaySweep]]:
         sweeps.append(ReplaySweep(result))
         return sweeps[-1]
 
-    return make_app(result.settings, sweep_factory=factory), sweeps
+    return make_app(SweepRequest(result.settings), sweep_factory=factory), sweeps
 
 
 def pane_lines(app: LoadertopApp) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, cell, sync, wait_until
 
-from loadertop.core.engine import mb, num
+from loadertop.core.engine import SweepRequest, mb, num
 from loadertop.tui.app import make_app
 from loadertop.tui.widgets.header import HeaderPane
 from loadertop.tui.widgets.memory import MemoryPane
@@ -24,7 +24,7 @@ REPEAT = len(WORKERS)  # the index of the repeated w=4 trial: the eighth
 async def test_a_repeated_configuration_shows_as_the_running_trial(tmp_path: Path) -> None:
     # The default sweep repeats its finalists: while the repeat ran, the panes said "trial 5 w=4 (done)".
     factory = FakeSweepFactory(tmp_path, repeat=(4,), hold_at=REPEAT)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: bool(factory.sweeps) and factory.sweeps[0].held.is_set())
         await wait_until(pilot, lambda: app.state.current == REPEAT)
@@ -46,7 +46,7 @@ async def test_a_repeated_configuration_shows_as_the_running_trial(tmp_path: Pat
 async def test_after_a_trial_the_memory_pane_says_what_its_row_says(tmp_path: Path) -> None:
     # The fake's probes tick once more after each trial's workers exited (60 MB): the pane must not keep that.
     factory = FakeSweepFactory(tmp_path)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         table = app.query_one(ResultsTable)

@@ -20,7 +20,7 @@ from textual.containers import VerticalScroll
 from textual.widgets._toast import Toast
 from tui_fakes import SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, cell, sync, wait_until
 
-from loadertop.core.engine import TrialCount
+from loadertop.core.engine import SweepRequest, TrialCount
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, Notice, SweepStarted, TrialFinished, TrialLaunched, TrialStarted
 from loadertop.core.model.results import SweepResult
@@ -109,7 +109,7 @@ def test_the_finished_count_adds_up_when_planned_rungs_were_not_needed() -> None
 @sync
 async def test_the_header_says_why_the_total_grew(tmp_path: Path) -> None:
     factory = GrowingFactory(tmp_path, repeat=(4,), hold_at=FIRST)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: bool(factory.sweeps) and factory.sweeps[0].held.is_set())
         await wait_until(pilot, lambda: app.state.current == FIRST)
@@ -142,7 +142,7 @@ def test_the_headless_counter_says_why_the_total_grew(tmp_path: Path) -> None:
 @sync
 async def test_a_row_rerun_says_what_it_measured(tmp_path: Path) -> None:
     factory = FakeSweepFactory(tmp_path)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         assert "done: 7 trials" in header(app)
@@ -166,7 +166,7 @@ async def test_the_highlighted_row_has_a_symbol(
 ) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
     factory = FakeSweepFactory(tmp_path)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=size) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         await pilot.pause()
@@ -188,7 +188,7 @@ async def test_the_highlighted_row_has_a_symbol(
 @pytest.mark.tui
 @sync
 async def test_the_help_screen_fits_80x24(tmp_path: Path) -> None:
-    app = make_app(SETTINGS, sweep_factory=FakeSweepFactory(tmp_path))
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=FakeSweepFactory(tmp_path))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: app.state.phase == "finished")
         await pilot.press("question_mark")
@@ -212,7 +212,7 @@ async def test_the_help_screen_fits_80x24(tmp_path: Path) -> None:
 @sync
 async def test_notices_at_the_start_do_not_cover_the_table(tmp_path: Path) -> None:
     factory = GrowingFactory(tmp_path, hold_at=0)
-    app = make_app(SETTINGS, sweep_factory=factory)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
     async with app.run_test(size=(80, 24), notifications=True) as pilot:  # run_test shows no toasts by default
         await wait_until(pilot, lambda: bool(factory.sweeps) and factory.sweeps[0].held.is_set())
         await wait_until(pilot, lambda: app.state.current == 0)

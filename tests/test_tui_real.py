@@ -9,6 +9,7 @@ import psutil
 import pytest
 from tui_fakes import sync, wait_until
 
+from loadertop.core.engine import SweepRequest
 from loadertop.core.model.config import Settings
 from loadertop.tui.app import make_app
 from loadertop.tui.widgets.header import HeaderPane
@@ -19,7 +20,7 @@ TINY = Settings(workers=(0, 1), trial_seconds=3.0)
 
 @sync
 async def test_a_real_two_trial_sweep(runs: Path, no_leftovers: None) -> None:
-    app = make_app(TINY, out_dir=runs)
+    app = make_app(SweepRequest(TINY, out_dir=runs))
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.state.phase in ("finished", "crashed"), timeout=120)
         assert app.state.phase == "finished", app.state.error
@@ -45,7 +46,7 @@ async def test_a_real_two_trial_sweep(runs: Path, no_leftovers: None) -> None:
 
 @sync
 async def test_q_mid_trial_leaves_no_process_behind(runs: Path, no_leftovers: None) -> None:
-    app = make_app(Settings(workers=(2,), trial_seconds=30.0), out_dir=runs)
+    app = make_app(SweepRequest(Settings(workers=(2,), trial_seconds=30.0), out_dir=runs))
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_until(pilot, lambda: app.state.live is not None and len(app.state.live.batches_per_s) >= 1, 120)
         workers = [psutil.Process(pid) for pid in app.state.live.worker_pids]  # type: ignore[union-attr]
@@ -59,5 +60,5 @@ async def test_q_mid_trial_leaves_no_process_behind(runs: Path, no_leftovers: No
 
 @pytest.mark.tui
 def test_make_app_builds_the_engine_factory_lazily(runs: Path) -> None:
-    app = make_app(TINY, out_dir=runs)
+    app = make_app(SweepRequest(TINY, out_dir=runs))
     assert callable(app.sweep_factory) and app.sweeps == []

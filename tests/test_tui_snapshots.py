@@ -14,6 +14,7 @@ import pytest
 from textual.pilot import Pilot
 from tui_fakes import GPU_MACHINE, NO_GPU_MACHINE, SETTINGS, FakeSweepFactory, wait_until
 
+from loadertop.core.engine import SweepRequest
 from loadertop.core.model.results import MachineInfo
 from loadertop.tui.app import LoadertopApp, make_app
 
@@ -27,7 +28,7 @@ def app_and_waiter(
     machine: MachineInfo, hold_at: int | None, *, reruns: int = 0, theme: str | None = None
 ) -> tuple[LoadertopApp, Callable[[Pilot[Any]], Awaitable[None]]]:
     factory = FakeSweepFactory(RUNS, machine=machine, hold_at=hold_at)
-    app = make_app(SETTINGS, sweep_factory=factory, theme=theme)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory, theme=theme)
 
     async def settle(pilot: Pilot[Any]) -> None:
         if hold_at is None:

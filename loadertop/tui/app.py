@@ -27,7 +27,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
-from loadertop.core.model.results import SweepResult, TrialResult
+from loadertop.core.model.results import SweepResult
 from loadertop.tui import layout, outputs, ranges
 from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
 from loadertop.tui.noting import NotingApp
@@ -43,7 +43,7 @@ from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
 from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
 
 if TYPE_CHECKING:
-    from loadertop.core.engine import NodeLink
+    from loadertop.core.engine import SweepRequest
 
 # Pane redraws while a sweep runs: the probes tick at 2 Hz and blocks come about once a second, so 1 Hz shows
 # every block and keeps the monitor's CPU away from the trial it measures. Stopped when a sweep ends.
@@ -428,19 +428,12 @@ class LoadertopApp(NotingApp[None]):
 
 
 def make_app(
-    settings: Settings,
-    *,
-    sweep_factory: SweepFactory | None = None,
-    out_dir: Path | None = None,
-    previous: SweepResult | None = None,
-    resume: Sequence[TrialResult] = (),
-    json_path: Path | None = None,
-    csv_path: Path | None = None,
-    theme: str | None = None,
-    nodes: NodeLink | None = None,
+    request: SweepRequest, *, sweep_factory: SweepFactory | None = None, theme: str | None = None
 ) -> LoadertopApp:
-    """The one way to build the app: the CLI, the tests and the screenshot script all come here."""
-    factory = sweep_factory if sweep_factory is not None else engine_factory(out_dir, resume, nodes)
+    """The one way to build the app: the CLI, the tests and the screenshot script all come here. `sweep_factory`
+    replaces the engine (the tests' recorded sweeps)."""
+    factory = sweep_factory if sweep_factory is not None else engine_factory(request)
     return LoadertopApp(
-        settings, sweep_factory=factory, previous=previous, theme=theme, json_path=json_path, csv_path=csv_path
-    )
+        request.settings, sweep_factory=factory, previous=request.previous, theme=theme,
+        json_path=request.json_path, csv_path=request.csv_path,
+    )  # fmt: skip

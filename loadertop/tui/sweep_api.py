@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Protocol
 
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event
-from loadertop.core.model.results import SweepResult, TrialResult
+from loadertop.core.model.results import SweepResult
 
 if TYPE_CHECKING:
-    from loadertop.core.engine import NodeLink
+    from loadertop.core.engine import SweepRequest
 
 
 class SweepLike(Protocol):
@@ -37,14 +37,12 @@ SweepFactory = Callable[[Settings, SweepResult | None, Sequence[TrialConfig] | N
 """(settings, previous, only) -> a sweep that has not started yet."""
 
 
-def engine_factory(
-    out_dir: Path | None, resume: Sequence[TrialResult] = (), nodes: NodeLink | None = None
-) -> SweepFactory:
+def engine_factory(request: SweepRequest) -> SweepFactory:
     """The real engine. Imported on first use so the UI (and its tests) load without it. `resume` (the finished
     trials of a run being resumed) goes to the first sweep only: a later `r` measures afresh. So does `nodes`, node 0's
     link of a many-node sweep: it closes with the first sweep, so a later `r` measures on this node alone."""
-    kept = list(resume)
-    link = [nodes]
+    kept, out_dir = list(request.resume), request.out_dir
+    link = [request.nodes]
 
     def make(settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None) -> SweepLike:
         from loadertop.core.engine import Sweep

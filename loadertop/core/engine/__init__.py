@@ -5,6 +5,7 @@ duration_text: engine/wording.py)."""
 
 from loadertop.core.engine.drive.api import sweep
 from loadertop.core.engine.drive.driver import Sweep
+from loadertop.core.engine.drive.request import SweepRequest
 from loadertop.core.engine.drive.settings import build_settings
 from loadertop.core.engine.live import (
     AttachError,
@@ -60,6 +61,7 @@ __all__ = [
     "Report",
     "ReportRow",
     "Sweep",
+    "SweepRequest",
     "TrialCount",
     "build_report",
     "build_settings",

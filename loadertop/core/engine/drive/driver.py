@@ -27,6 +27,7 @@ from loadertop.core.engine.drive.ceiling_requests import measure_ceilings
 from loadertop.core.engine.drive.data_stop import SameFailure
 from loadertop.core.engine.drive.dataset_check import DatasetCheck, check_dataset
 from loadertop.core.engine.drive.preflight_run import PreflightRun
+from loadertop.core.engine.drive.request import SweepRequest
 from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, start_runner
 from loadertop.core.engine.drive.trial_watch import TrialWatch
 from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
@@ -51,6 +52,12 @@ from loadertop.core.model.results import Ceiling, MachineInfo, SweepResult, Tria
 
 
 class Sweep:
+    @classmethod
+    def of(cls, request: SweepRequest) -> Sweep:
+        """The sweep a face was asked for (drive/request.py)."""
+        return cls(request.settings, out_dir=request.out_dir, previous=request.previous, resume=request.resume,
+                   nodes=request.nodes)  # fmt: skip
+
     def __init__(
         self,
         settings: Settings,
