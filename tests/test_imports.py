@@ -8,6 +8,8 @@ module is to blame."""
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import importlib.util
 import json
 import pkgutil
@@ -16,10 +18,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 import loadertop.core
+from loadertop.core.model.wire import Codec
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE_MODULES = sorted(m.name for m in pkgutil.walk_packages(loadertop.core.__path__, "loadertop.core."))
@@ -179,6 +183,37 @@ def json_by_hand(root: Path) -> set[str]:
 @pytest.mark.unit
 def test_messages_between_processes_go_through_a_codec() -> None:
     assert json_by_hand(ROOT) <= FILES_AND_DIGESTS
+
+
+def loose_fields(codec: Codec[Any]) -> list[str]:
+    """The annotations a codec carries that say nothing of their contents: Any, or a dict of Any."""
+    loose = [f"codec {annotation}" for annotation in codec._codecs if "Any" in annotation]
+    for kind in codec._by_type.values():
+        loose += [f"{kind.__name__}.{f.name}: {f.type}" for f in dataclasses.fields(kind) if "Any" in str(f.type)]
+    return loose
+
+
+@pytest.mark.unit
+def test_no_untyped_mapping_crosses_a_process_boundary() -> None:
+    """Every protocol between processes (runner, live job, nodes, template, stages) is a codec of typed fields:
+    no message field and no record type is `Any` or `dict[str, Any]`, so what one side sends is what the other reads."""
+    protocols = sorted(p.stem for p in (ROOT / "loadertop" / "core" / "model").glob("*protocol*.py"))
+    assert len(protocols) >= 4, protocols
+    for name in protocols:
+        codec = importlib.import_module(f"loadertop.core.model.{name}")._CODEC
+        assert loose_fields(codec) == [], name
+
+
+@pytest.mark.unit
+def test_a_loose_field_is_found() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Loose:
+        TYPE: ClassVar[str] = "loose"
+        version: int
+        extra: dict[str, Any]
+
+    codec = Codec([Loose], hello=Loose, version=1, mismatch="", records={"dict[str, Any]": (dict, dict)})
+    assert loose_fields(codec) == ["codec dict[str, Any]", "Loose.extra: dict[str, Any]"]
 
 
 @pytest.mark.unit
