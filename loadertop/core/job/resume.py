@@ -14,7 +14,7 @@ from typing import Any
 from torch.utils.data import DataLoader, IterableDataset
 
 from loadertop.core.datasets.loaders import loader_kwargs
-from loadertop.core.engine.search import UserArgs
+from loadertop.core.engine.tune_entry import UserArgs
 from loadertop.core.job.stateful import is_stateful
 from loadertop.core.model.arg_text import arg_text
 from loadertop.core.model.config import TrialConfig

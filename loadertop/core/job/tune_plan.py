@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from loadertop.core.engine.search import (
+from loadertop.core.engine.tune_entry import (
     BUDGET,
     TUNE_TERMS,
     AdaptivePlanner,
