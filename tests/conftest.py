@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import compileall
 import fcntl
 import multiprocessing.process
 import os
@@ -119,6 +120,17 @@ def pytest_configure(config: pytest.Config) -> None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+    else:
+        compile_once()
+
+
+def compile_once() -> None:
+    """Every CLI, runner and job the suite starts imports loadertop afresh, and with PYTHONDONTWRITEBYTECODE set (in
+    CI too) none writes the bytecode it compiles: each compiled every module again (0.6 s an import, 0.35 s with
+    the bytecode there). Python still reads bytecode it finds, so the controller writes it once for all of them."""
+    root = Path(__file__).resolve().parents[1]
+    for folder in ("loadertop", "tests"):
+        compileall.compile_dir(root / folder, quiet=1)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
