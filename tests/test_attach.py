@@ -135,7 +135,7 @@ def test_a_span_that_arrives_after_its_interval_closed_counts_at_the_jobs_own_ra
         fake.send(late)
         snap = next(snaps)
     assert snap.batches_per_s is not None
-    assert snap.batches_per_s * (late.t - attached) == pytest.approx(12, rel=0.1)
+    assert snap.batches == 12 and snap.batches_per_s * (late.t - attached) == pytest.approx(12, rel=0.1)
 
 
 @pytest.mark.unit

@@ -135,11 +135,10 @@ def watch_and_time(jobs_root: Path, tmp_path: Path) -> tuple[list[LiveSnapshot],
 
 def per_snapshot(snaps: list[LiveSnapshot], records: list[tuple[float, float]]) -> list[tuple[LiveSnapshot, list]]:
     """Each snapshot with the job's own records of its steps: snapshots hold consecutive steps, in order."""
-    pairs, start, done = [], 0.0, 0
+    pairs, done = [], 0
     for snap in snaps:
-        n = round((snap.batches_per_s or 0.0) * (snap.t - start))
-        pairs.append((snap, records[done : done + n]))
-        start, done = snap.t, done + n
+        pairs.append((snap, records[done : done + snap.batches]))
+        done += snap.batches
     return pairs
 
 

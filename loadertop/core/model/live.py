@@ -81,6 +81,7 @@ class LiveSnapshot:
     wait_ms_mean: float | None = None  # the mean wait for a batch over the interval
     rank: str = "0"  # RANK (else LOCAL_RANK) in the job's environment
     ranks: JobRanks | None = None  # attached to a launcher: every rank (this snapshot is its lowest rank's)
+    batches: int = 0  # the steps the interval holds; its rates are over the job's own time for them
 
     @property
     def worker_uss_mb(self) -> list[float | None]:

@@ -253,6 +253,7 @@ class LiveSession:
             notes=tuple(interval.notes),
             ended=ended,
             rank=self.rank,
+            batches=interval.batches,
         )
 
     def _live_workers(self, samples: list[ProbeSample]) -> tuple[LiveWorker, ...]:
