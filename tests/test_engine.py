@@ -136,9 +136,11 @@ def test_pause_freezes_the_trial_and_resume_continues(runs: Path) -> None:
             pid = event.pid
         if isinstance(event, TrialProgress) and event.block == 1 and not sweep.paused:
             sweep.pause()
-            time.sleep(0.3)
-            assert psutil.Process(pid).status() == psutil.STATUS_STOPPED
-            time.sleep(1.0)
+            deadline = time.monotonic() + 10  # SIGSTOP takes effect when the kernel next schedules the trial
+            while psutil.Process(pid).status() != psutil.STATUS_STOPPED:
+                assert time.monotonic() < deadline, "the trial never stopped"
+                time.sleep(0.02)
+            time.sleep(1.0)  # paused for a while: the trial's figures must not count it
             sweep.resume()
     result = sweep.result
     assert result is not None and result.trials[0].status == "ok"
