@@ -102,7 +102,8 @@ def trial_reason(
         ratio = trial.samples_per_s / peak_samples_per_s
         if ratio >= 1.0 - 1e-9:
             phrase += ", best"
-        elif within if within is not None else ratio >= 1.0 - noise_band(tolerance, trial):
+        elif within if within is not None else at_least_within(trial.samples_per_s, peak_samples_per_s,
+                                                               noise_band(tolerance, trial)):  # fmt: skip
             phrase += ", within noise of best"
         else:
             phrase += f", {pct(ratio)} of best"
