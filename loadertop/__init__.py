@@ -9,6 +9,7 @@ from loadertop.core.model.version import VERSION
 __version__ = VERSION
 
 if TYPE_CHECKING:
+    from loadertop.core.engine import stages as stages
     from loadertop.core.engine import sweep as sweep
     from loadertop.core.job.tune import tune as tune
     from loadertop.core.job.watch import watch as watch
@@ -23,6 +24,10 @@ def __getattr__(name: str) -> Any:
         from loadertop.core.engine import sweep
 
         return sweep
+    if name == "stages":  # where a sample's time goes: loadertop.stages("train.py:make")
+        from loadertop.core.engine import stages
+
+        return stages
     if name == "watch":  # `for batch in loadertop.watch(loader):` in a training script
         from loadertop.core.job.watch import watch
 

@@ -28,6 +28,9 @@ a running training job (with `for batch in loadertop.watch(loader):`, or any job
   loadertop attach [PID]   watch it live: throughput, stall, epochs, workers' memory and leaks (attach --help)
   loadertop run -- CMD...  start a job with every DataLoader in it watched, its script unchanged (run --help)
 
+where a sample's time goes (read, decode, each transform, collate, hand-over; the ceilings; what to change):
+  loadertop stages --dataset SPEC   (stages --help)
+
 dataset specs:
   synthetic[:k=v,...]      built-in cost model: length, cpu_ms, io_ms, kb (e.g. synthetic:io_ms=20,cpu_ms=0.5)
   imagefolder:PATH[:k=v]   PATH/<class>/<image>: Pillow decode, resize, centre crop, tensor; size=224,
@@ -279,6 +282,59 @@ def run_main(argv: list[str]) -> int:
     return one_line_errors("loadertop run", args.debug, run)
 
 
+class StagesParser(Parser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"loadertop stages: error: {message} (see loadertop stages --help)\n")
+
+
+def build_stages_parser() -> Parser:
+    p = StagesParser(
+        prog="loadertop stages",
+        description="Where a sample's time goes: each stage of the dataset's pipeline (read, decode, each transform, "
+        "its other calls, the collate, the hand-over to the main process, pin_memory, the copy to the GPU) measured "
+        "in one process with 0 workers, the ceiling each sets on this machine, and what to change beyond num_workers.",
+        epilog="exit codes: 0 done, 1 internal error, 2 bad usage or a dataset that fails (one line), 130 interrupted",
+    )
+    p.add_argument("--dataset", default=None, metavar="SPEC", help="dataset spec, as `loadertop --help` lists them "
+                   "(default: synthetic)")  # fmt: skip
+    p.add_argument("--dataset-arg", action="append", dest="dataset_args", metavar="KEY=VALUE",
+                   help="keyword argument for the dataset factory (repeatable)")  # fmt: skip
+    p.add_argument("--seconds", type=float, default=5.0, metavar="S", help="measure for about S seconds (5)")
+    p.add_argument("--samples", type=int, default=300, metavar="N",
+                   help="or until each way of timing has seen N samples, if sooner (300)")  # fmt: skip
+    p.add_argument("--batch-size", default="32", metavar="N", help="the batch the collate and the hand-over are "
+                   "measured with (32)")  # fmt: skip
+    p.add_argument("--timeout", type=float, default=None, metavar="S",
+                   help="give up after S seconds (default: 240 + 4 × --seconds)")  # fmt: skip
+    p.add_argument("--json", type=Path, metavar="PATH", help='write the report as JSON ({"stages": {...}})')
+    p.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")
+    return p
+
+
+def stages_main(argv: list[str]) -> int:
+    """`loadertop stages --dataset SPEC`: the stage table on stdout (headless), --json on disk."""
+    args = build_stages_parser().parse_args(argv)
+
+    def run() -> int:
+        from loadertop.core.engine import stages, write_stages_json
+
+        check_writable(args.json, "--json")
+        if not args.seconds > 0:
+            raise UsageError(f"--seconds {args.seconds:g}: must be more than 0")
+        print(f"loadertop stages: measuring {args.dataset or 'synthetic'} for about {args.seconds:g} s "
+              f"(0 workers, one process) ...", file=sys.stderr)  # fmt: skip
+        report = stages(args.dataset, dataset_args=args.dataset_args, seconds=args.seconds, samples=args.samples,
+                        batch_size=args.batch_size, timeout=args.timeout)  # fmt: skip
+        from loadertop.headless_stages import print_stages
+
+        print_stages(report, sys.stdout)
+        if args.json is not None:
+            write_stages_json(report, args.json)
+        return 0
+
+    return one_line_errors("loadertop stages", args.debug, run)
+
+
 def one_line_errors(prog: str, debug: bool, run: Callable[[], int]) -> int:
     """Run a command: bad input is one line and exit 2, Ctrl-C is 130, a bug one line and 1 (--debug: raise)."""
     try:
@@ -303,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
         return attach_main(argv[1:])
     if argv and argv[0] == "run":
         return run_main(argv[1:])
+    if argv and argv[0] == "stages":
+        return stages_main(argv[1:])
     args = build_parser().parse_args(argv)
 
     def run() -> int:

@@ -7,6 +7,7 @@ from loadertop.core.engine.drive.api import sweep
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.engine.drive.request import SweepRequest
 from loadertop.core.engine.drive.settings import build_settings
+from loadertop.core.engine.drive.stages_run import stages
 from loadertop.core.engine.live import (
     AttachError,
     JobRun,
@@ -21,7 +22,7 @@ from loadertop.core.engine.live import (
 )
 from loadertop.core.engine.nodes.launch import Launch, detect_launch
 from loadertop.core.engine.nodes.node_link import NodeLink
-from loadertop.core.engine.report.export import write_csv, write_json, write_markdown
+from loadertop.core.engine.report.export import write_csv, write_json, write_markdown, write_stages_json
 from loadertop.core.engine.report.progress import TrialCount
 from loadertop.core.engine.report.rows import (
     FOOTNOTE,
@@ -84,10 +85,12 @@ __all__ = [
     "read_trials_strict",
     "seconds",
     "slope",
+    "stages",
     "start_job",
     "sweep",
     "utilization",
     "write_csv",
     "write_json",
     "write_markdown",
+    "write_stages_json",
 ]

@@ -10,6 +10,7 @@ from pathlib import Path
 from loadertop.core.engine.report.rows import HEADERS, Report, ReportRow, build_report
 from loadertop.core.engine.report.runfolder import write_atomic
 from loadertop.core.model.results import SweepResult
+from loadertop.core.model.stages import StagesReport
 
 # The columns from when a line was a trial, kept by name; the report's additions at the end.
 CSV_COLUMNS = [
@@ -56,6 +57,12 @@ CSV_COLUMNS = [
 
 def write_json(result: SweepResult, path: Path) -> Path:
     write_atomic(Path(path), json.dumps(result.to_dict(), indent=2) + "\n")
+    return Path(path)
+
+
+def write_stages_json(report: StagesReport, path: Path) -> Path:
+    """`loadertop stages --json`: the report under a `stages` key (its `version` inside)."""
+    write_atomic(Path(path), json.dumps({"stages": report.to_dict()}, indent=2) + "\n")
     return Path(path)
 
 

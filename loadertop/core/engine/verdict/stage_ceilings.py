@@ -1,0 +1,103 @@
+"""The arithmetic of `loadertop stages`: the stages' sum against the 0-worker time (the gap shown as "unattributed"
+beyond 10%), each stage's shares, and the ceilings each sets on this machine.
+
+- The pipeline's CPU seconds per sample: every measured stage's CPU, every part (the sample's stages, the worker's
+  hand-over, the main process's own work).
+- The CPU ceiling: usable CPUs ÷ that. Workers can run in parallel up to the CPUs, the main process included.
+- The main process's ceiling: 1 ÷ its seconds per sample (receiving, pin_memory, the copy): one process, in series.
+- The whole pipeline's ceiling is the lower of the two; "if a stage were free" is the same with that stage's
+  seconds taken out of whichever it counts in.
+An I/O wait is not CPU: a read that waits on a disk is seen in its wall time and hidden by more workers than CPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from loadertop.core.engine.wording import num
+from loadertop.core.model.stages import Ceiling, Stage, StageRow, StagesMeasurement
+
+TOLERANCE = 0.10  # the stages must sum to the 0-worker time within this, or "unattributed" holds the gap
+UNATTRIBUTED = "unattributed"
+
+
+def sample_sum(stages: Sequence[Stage]) -> float:
+    """The wall seconds of the stages inside the 0-worker time ("unattributed" left out)."""
+    return sum(s.wall_s or 0.0 for s in stages if s.part == "sample" and s.kind != "unattributed")
+
+
+def gap_of(measurement: StagesMeasurement) -> float:
+    """(0-worker time - the stages' sum) / the 0-worker time: positive when the stages miss time."""
+    reference = measurement.loader_wall_s
+    return (reference - sample_sum(measurement.stages)) / reference if reference > 0 else 0.0
+
+
+def with_unattributed(measurement: StagesMeasurement) -> tuple[Stage, ...]:
+    """The measured stages, with an "unattributed" stage after the sample's own when they miss more than
+    TOLERANCE of the 0-worker time."""
+    stages = measurement.stages
+    missing = measurement.loader_wall_s - sample_sum(stages)
+    if gap_of(measurement) <= TOLERANCE:
+        return stages
+    cpu = max(0.0, measurement.loader_cpu_s - sum(s.cpu_s or 0.0 for s in stages if s.part == "sample"))
+    gap = Stage(UNATTRIBUTED, "unattributed", "sample", missing, cpu,
+                "the 0-worker time the stages do not account for (the loader's own work, noise)")  # fmt: skip
+    last_sample = max((i for i, s in enumerate(stages) if s.part == "sample"), default=-1)
+    return (*stages[: last_sample + 1], gap, *stages[last_sample + 1 :])
+
+
+def pipeline_cpu(stages: Sequence[Stage]) -> float:
+    return sum(s.cpu_s or 0.0 for s in stages)
+
+
+def main_seconds(stages: Sequence[Stage]) -> float:
+    return sum(s.wall_s or 0.0 for s in stages if s.part == "main")
+
+
+def cpu_ceiling(cpus: int, cpu_s: float) -> float | None:
+    return cpus / cpu_s if cpu_s > 0 else None
+
+
+def main_ceiling(main_s: float) -> float | None:
+    return 1.0 / main_s if main_s > 0 else None
+
+
+def lowest(*ceilings: float | None) -> float | None:
+    known = [c for c in ceilings if c is not None]
+    return min(known) if known else None
+
+
+def if_free(stage: Stage, stages: Sequence[Stage], cpus: int) -> float | None:
+    """samples/s on `cpus` CPUs were this stage free (its CPU out of the pipeline's, its time out of the main
+    process's when it is the main process's)."""
+    cpu = pipeline_cpu(stages) - (stage.cpu_s or 0.0)
+    main = main_seconds(stages) - ((stage.wall_s or 0.0) if stage.part == "main" else 0.0)
+    return lowest(cpu_ceiling(cpus, cpu), main_ceiling(main))
+
+
+def rows(stages: Sequence[Stage], reference_s: float, cpus: int) -> tuple[StageRow, ...]:
+    """Each stage with its share of the 0-worker time (for a handoff or main stage: what it adds to it), its share
+    of the pipeline's CPU, and the ceiling were it free (none for "unattributed": no one knows what it is)."""
+    total_cpu = pipeline_cpu(stages)
+    return tuple(
+        StageRow(
+            stage=s,
+            share=(s.wall_s / reference_s) if s.wall_s is not None and reference_s > 0 else None,
+            cpu_share=(s.cpu_s / total_cpu) if s.cpu_s is not None and total_cpu > 0 else None,
+            if_free=if_free(s, stages, cpus) if s.cpu_s is not None and s.kind != "unattributed" else None,
+        )
+        for s in stages
+    )
+
+
+def ceilings(stages: Sequence[Stage], cpus: int) -> tuple[Ceiling, ...]:
+    """The whole pipeline's ceiling, then the CPUs' and the main process's it is the lower of."""
+    cpu_s, main_s = pipeline_cpu(stages), main_seconds(stages)
+    by_cpu, by_main = cpu_ceiling(cpus, cpu_s), main_ceiling(main_s)
+    cpu_basis = f"{cpus} CPUs ÷ {num(cpu_s * 1000, 2)} CPU ms per sample"
+    main_basis = f"1 ÷ {num(main_s * 1000, 3)} ms of its own work per sample"
+    return (
+        Ceiling("the whole pipeline", lowest(by_cpu, by_main), "the lower of the two below"),
+        Ceiling("the CPUs (workers and main process)", by_cpu, cpu_basis),
+        Ceiling("the main process", by_main, main_basis),
+    )
