@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
@@ -28,6 +28,7 @@ from textual.widgets import DataTable, Footer, Static
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
 from loadertop.core.model.results import SweepResult
+from loadertop.core.model.stages import StagesReport
 from loadertop.tui import layout, outputs, ranges
 from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
 from loadertop.tui.noting import NotingApp
@@ -40,6 +41,7 @@ from loadertop.tui.widgets.memory import MemoryPane
 from loadertop.tui.widgets.nodes import NodesPane
 from loadertop.tui.widgets.pane import Pane
 from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
+from loadertop.tui.widgets.stages import StagesScreen
 from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
 
 if TYPE_CHECKING:
@@ -49,6 +51,16 @@ if TYPE_CHECKING:
 # every block and keeps the monitor's CPU away from the trial it measures. Stopped when a sweep ends.
 REFRESH_S = 1.0
 LIGHT, DARK = "textual-light", "textual-dark"
+STAGES_HELP = "where a sample's time goes: each stage, its ceiling, what to change"
+MeasureStages = Callable[[Settings], StagesReport]
+
+
+def engine_stages(settings: Settings) -> StagesReport:
+    """The sweep's dataset through `loadertop stages` (engine imported on first use, as the sweep's)."""
+    from loadertop.core.engine import stages
+
+    args = [f"{key}={value}" for key, value in settings.dataset_args]
+    return stages(settings.dataset, dataset_args=args or None)
 
 
 class LoadertopApp(NotingApp[None]):
@@ -64,7 +76,7 @@ class LoadertopApp(NotingApp[None]):
         Binding("enter", "rerun_row", "row", key_display="⏎", tooltip=RERUN_ROW_HELP, id="rerun_row"),
         Binding("p", "pause", "pause", tooltip="pause / resume (the block being measured is discarded)", id="pause"),
         Binding("s", "stop", "stop", tooltip="stop after the current trial (finished trials are kept)", id="stop"),
-        Binding("e", "export", "export", tooltip="export JSON, CSV and Markdown into the run folder", id="export"),
+        Binding("e", "export", "save", tooltip="export JSON, CSV and Markdown into the run folder", id="export"),
         Binding(
             "plus,equals_sign",
             "widen",
@@ -74,8 +86,12 @@ class LoadertopApp(NotingApp[None]):
             id="widen",
         ),
         Binding("minus", "narrow", "less", key_display="-", tooltip="drop the top worker counts, rerun", id="narrow"),
+        Binding("w", "stages", "time", tooltip=STAGES_HELP, id="stages"),
         Binding("y", "yank", "copy", tooltip="copy the DataLoader(...) snippet (OSC 52), write snippet.py", id="yank"),
-        Binding("t", "toggle_theme", "theme", tooltip="switch between the dark and the light theme", id="theme"),
+        # Not in the footer, which holds the others at 80 columns: the help lists it
+        Binding(
+            "t", "toggle_theme", "theme", tooltip="switch between the dark and the light theme", id="theme", show=False
+        ),
         Binding("question_mark", "help", "help", key_display="?", tooltip="this help", id="help"),
         Binding("q", "quit", "quit", tooltip="quit: stops the running trial, keeps the finished ones", id="quit"),
     ]
@@ -90,9 +106,11 @@ class LoadertopApp(NotingApp[None]):
         autostart: bool = True,
         json_path: Path | None = None,
         csv_path: Path | None = None,
+        stages: MeasureStages | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings  # what `r` reruns; `+`/`-` change its workers
+        self.measure_stages = stages if stages is not None else engine_stages
         self.sweep_factory = sweep_factory
         self.state = SweepState(previous)
         self.sweep: SweepLike | None = None
@@ -387,6 +405,17 @@ class LoadertopApp(NotingApp[None]):
         self.theme = LIGHT if self.theme != LIGHT else DARK
         self.flush(everything=True)
 
+    def action_stages(self) -> None:
+        if isinstance(self.screen, StagesScreen):
+            self.pop_screen()
+            return
+        if self.state.running and not self.state.paused:
+            self.notify("the stages would take the CPUs the sweep measures with: press w after it, or pause (p) "
+                        "first", severity="warning")  # fmt: skip
+            return
+        settings = self.settings
+        self.push_screen(StagesScreen(lambda: self.measure_stages(settings), what=settings.dataset or "synthetic"))
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             self.pop_screen()
@@ -428,12 +457,16 @@ class LoadertopApp(NotingApp[None]):
 
 
 def make_app(
-    request: SweepRequest, *, sweep_factory: SweepFactory | None = None, theme: str | None = None
+    request: SweepRequest,
+    *,
+    sweep_factory: SweepFactory | None = None,
+    theme: str | None = None,
+    stages: MeasureStages | None = None,
 ) -> LoadertopApp:
     """The one way to build the app: the CLI, the tests and the screenshot script all come here. `sweep_factory`
-    replaces the engine (the tests' recorded sweeps)."""
+    replaces the engine (the tests' recorded sweeps), `stages` its stage measurement (`w`)."""
     factory = sweep_factory if sweep_factory is not None else engine_factory(request)
     return LoadertopApp(
         request.settings, sweep_factory=factory, previous=request.previous, theme=theme,
-        json_path=request.json_path, csv_path=request.csv_path,
+        json_path=request.json_path, csv_path=request.csv_path, stages=stages,
     )  # fmt: skip

@@ -1,0 +1,114 @@
+"""The TUI's stages screen (`w`): where a sample's time goes, shown as `loadertop stages` prints it, measured only
+while no trial runs. The sweep and the measurement are fakes here (tests/test_stages.py measures real pipelines)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from textual.widgets import Static
+from tui_fakes import SETTINGS, FakeSweepFactory, sync, wait_until
+
+from loadertop.core.engine import SweepRequest
+from loadertop.core.engine.verdict.stage_verdict import judge_stages
+from loadertop.core.model.config import DataError, Settings
+from loadertop.core.model.stages import Stage, StagesMeasurement, StagesReport
+from loadertop.tui.app import LoadertopApp, make_app
+from loadertop.tui.widgets.stages import StagesScreen
+
+pytestmark = pytest.mark.tui
+
+
+def report() -> StagesReport:
+    """An image pipeline on 2 CPUs: decode 2 ms of the 4.2 ms a sample takes, float32 batches crossing to the main
+    process, no GPU."""
+    stages = (
+        Stage("read+decode (PIL.Image.open/convert)", "read+decode", "sample", 0.002, 0.002),
+        Stage("RandomResizedCrop", "transform", "sample", 0.001, 0.001),
+        Stage("Normalize", "transform", "sample", 0.0005, 0.0005),
+        Stage("collate", "collate", "sample", 0.0005, 0.0005),
+        Stage("transfer: worker side", "transfer", "handoff", 0.0005, 0.0005),
+        Stage("transfer: main side", "transfer", "main", 0.0001, 0.0001),
+        Stage("pin_memory", "pin_memory", "main", None, None, "no GPU"),
+    )
+    measured = StagesMeasurement(
+        spec="images.py:build", dataset="ImageFolder", length=1000, iterable=False, batch_size=32, samples=300,
+        elapsed_s=5.0, sample_wall_s=0.0035, sample_cpu_s=0.0035, loader_wall_s=0.0042, loader_cpu_s=0.0042,
+        stages=stages, libraries=(), hooks_overhead=0.01, profile_overhead=0.2, batch_bytes=19267840,
+        tensors=("float32 32×3×224×224", "int64 32"), float_image_bytes=19267584, decoded_bytes=400_000.0,
+        first_sample_s=0.05, worker_first_batch_s=0.5, main_first_batch_s=0.15, lazy_imports=(), cuda=False,
+    )  # fmt: skip
+    return judge_stages(measured, cpus=2, mem_available_mb=16000.0)
+
+
+def body(app: LoadertopApp) -> str:
+    """The screen's text as the terminal shows it."""
+    console = Console(width=app.size.width)
+    with console.capture() as captured:
+        console.print(app.screen.query_one("#stages-body", Static).content)
+    return captured.get()
+
+
+def finished(app: LoadertopApp) -> bool:
+    return app.state.phase == "finished"
+
+
+@sync
+async def test_w_after_the_sweep_shows_each_stage_its_share_the_ceilings_and_the_advice(tmp_path: Path) -> None:
+    asked: list[Settings] = []
+    release = threading.Event()
+
+    def measure(settings: Settings) -> StagesReport:
+        asked.append(settings)
+        release.wait(10)
+        return report()
+
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=FakeSweepFactory(tmp_path), stages=measure)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("w")
+        assert isinstance(app.screen, StagesScreen)
+        await wait_until(pilot, lambda: bool(asked))
+        assert "measuring" in body(app) and asked == [SETTINGS]  # the sweep's own dataset, said while it runs
+        release.set()
+        await wait_until(pilot, lambda: app.screen.report is not None)  # type: ignore[attr-defined]
+        shown = body(app)
+        for stage in ("read+decode (PIL.Image.open/convert)", "RandomResizedCrop", "Normalize", "collate"):
+            assert stage in shown
+        assert "█" in shown and "ceilings on this machine" in shown and "advice" in shown
+        assert "48%" in shown  # decode: 2 of the 4.2 ms
+        await pilot.press("escape")
+        assert not isinstance(app.screen, StagesScreen) and app.is_running
+
+
+@sync
+async def test_w_mid_trial_is_refused_so_the_sweep_keeps_its_cpus(tmp_path: Path) -> None:
+    factory = FakeSweepFactory(tmp_path, hold_at=1)
+    measured: list[Settings] = []
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory, stages=lambda s: measured.append(s) or report())
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: bool(factory.sweeps) and factory.sweeps[0].held.is_set())
+        await pilot.press("w")
+        assert not isinstance(app.screen, StagesScreen) and measured == []
+        assert app.messages[-1][0] == "warning" and "press w after it, or pause (p) first" in app.messages[-1][1]
+        await pilot.press("p", "w")  # paused: the trial's processes are stopped, the CPUs free
+        assert isinstance(app.screen, StagesScreen)
+        await wait_until(pilot, lambda: measured != [])
+        factory.sweeps[0].release()
+
+
+@sync
+async def test_a_dataset_that_fails_is_one_line_on_the_screen_at_80x24(tmp_path: Path) -> None:
+    def measure(settings: Settings) -> StagesReport:
+        raise DataError("sample 17 (clips/bad.wav): LibsndfileError: Format not recognised")
+
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=FakeSweepFactory(tmp_path), stages=measure)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        await pilot.press("w")
+        await wait_until(pilot, lambda: app.screen.error is not None)  # type: ignore[attr-defined]
+        assert "stages not measured: sample 17 (clips/bad.wav)" in body(app)
+        await pilot.press("w")
+        assert not isinstance(app.screen, StagesScreen)
