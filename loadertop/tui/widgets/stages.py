@@ -72,7 +72,7 @@ class StagesScreen(ModalScreen[None]):
             self.query_one("#stages-body", Static).update(self.body(self.report))
 
     def body(self, report: StagesReport) -> RenderableType:
-        return render(report, max(60, self.size.width - 4))
+        return render(report, max(60, self.size.width - 6))  # the border, the padding and the scrollbar
 
     def on_resize(self) -> None:
         self._draw()
