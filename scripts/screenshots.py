@@ -4,6 +4,7 @@
     python scripts/screenshots.py --step-ms 0     # a loader-bound picture instead
     python scripts/screenshots.py --attach        # screenshots/attach-{120x40,80x24}.svg only, of a real job
     python scripts/screenshots.py --nodes         # screenshots/nodes-{120x40,80x24}.svg only, two real agents
+    python scripts/screenshots.py --stages        # screenshots/stages-{120x40,80x24}.svg only: `w` after a sweep
 
 The app is built by the same `make_app` as the CLI and the tests; only the terminal is virtual. The attach
 pictures are the attach app on a real training job (examples/train_watch.py --leak: 4 persistent workers reading a
@@ -35,6 +36,7 @@ from loadertop.core.engine import SweepRequest, open_session  # noqa: E402
 from loadertop.core.model.config import Settings  # noqa: E402
 from loadertop.tui.app import LoadertopApp, make_app  # noqa: E402
 from loadertop.tui.attach.app import AttachApp  # noqa: E402
+from loadertop.tui.widgets.stages import StagesScreen  # noqa: E402
 
 SIZES = ((120, 40), (80, 24))
 
@@ -135,6 +137,27 @@ async def nodes(settings: Settings, out: Path) -> int:
     return 0
 
 
+async def stages(out: Path) -> int:
+    """The stages screen (`w`) after a short real sweep of torchvision's ImageFolder with its training transforms
+    (benchmarks/workloads/tv_imagefolder.py: JPEGs written once into the benchmarks' cache)."""
+    spec = f"{ROOT / 'benchmarks' / 'workloads' / 'tv_imagefolder.py'}:imagefolder"
+    settings = Settings(dataset=spec, workers=(0, 2), trial_seconds=3.0, search="grid")
+    with tempfile.TemporaryDirectory(prefix="loadertop-screenshots-") as runs:
+        app = make_app(SweepRequest(settings, out_dir=Path(runs)), theme=None)
+        async with app.run_test(size=SIZES[0]) as pilot:
+            await until(pilot, lambda: app.state.phase != "running", timeout=900)
+            await pilot.press("w")
+            screen = app.screen
+            if not isinstance(screen, StagesScreen):
+                raise SystemExit("screenshots: w did not open the stages screen")
+            await until(pilot, lambda: screen.report is not None or screen.error is not None, timeout=600)
+            if screen.error is not None:
+                raise SystemExit(f"screenshots: the stages were not measured: {screen.error}")
+            await shoot(app, pilot, out, "stages")
+            await pilot.press("escape", "q")
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
     settings = Settings(
         dataset=args.dataset,
@@ -148,6 +171,8 @@ async def main(args: argparse.Namespace) -> int:
         return await attach(out)
     if args.nodes:
         return await nodes(settings, out)
+    if args.stages:
+        return await stages(out)
     with tempfile.TemporaryDirectory(prefix="loadertop-screenshots-") as runs:
         app = make_app(SweepRequest(settings, out_dir=Path(runs)), theme=args.theme)
         async with app.run_test(size=SIZES[0]) as pilot:
@@ -183,4 +208,5 @@ if __name__ == "__main__":
     parser.add_argument("--theme", default=None, help="light for the light theme")
     parser.add_argument("--attach", action="store_true", help="only the attach view, of a real job")
     parser.add_argument("--nodes", action="store_true", help="only node 0's view of a real two-node sweep")
+    parser.add_argument("--stages", action="store_true", help="only the stages screen (w) after a short real sweep")
     raise SystemExit(asyncio.run(main(parser.parse_args())))
