@@ -47,6 +47,7 @@ from loadertop.core.model.results import SweepResult, TrialResult
 from loadertop.headless_table import layout, output_width
 
 EXIT_FAILED = 1
+EXIT_NONE_FINISHED = 2  # as bad input: every configuration failed, so no answer
 EXIT_INTERRUPTED = 130
 HOLD_S = 5.0  # the longest the opening lines wait for the first trial once the dataset loaded
 CHECK_HOLD_S = 120.0  # ... and for the dataset check itself (a runner importing torch on a busy machine)
@@ -249,6 +250,8 @@ class Reporter:
                 close = " (a close call)" if rec.close else ""
                 self.out.print(f"Within noise of the best (≈): {labels}{close}", markup=False)
             self.out.print(rec.snippet, markup=False)
+        elif none_finished(result):
+            self.out.print("No recommendation: every configuration failed (tracebacks: runner.log).", markup=False)
         else:
             self.out.print("No recommendation: no trial finished.")
         if result.interrupted:
@@ -281,7 +284,16 @@ def run_headless(request: SweepRequest, *, out: TextIO = sys.stdout, err: TextIO
     failed = _export(reporter, result, previous, request.json_path, request.csv_path)
     if caught:
         return EXIT_INTERRUPTED if caught[0] == signal.SIGINT else 128 + caught[0]
-    return EXIT_FAILED if failed else 0
+    if failed:
+        return EXIT_FAILED
+    # Failures the data does not explain (a hang, a signal, the memory guard) keep the run folder and its log
+    return EXIT_NONE_FINISHED if none_finished(result) else 0
+
+
+def none_finished(result: SweepResult) -> bool:
+    """A sweep that ran to its end without one configuration measured: there is no answer, so no success."""
+    statuses = {t.status for t in result.trials}
+    return not result.interrupted and "failed" in statuses and "ok" not in statuses
 
 
 def _export(

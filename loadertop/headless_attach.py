@@ -178,8 +178,12 @@ NOTHING_WATCHED = (
 def run_summary(job: JobRun, code: int, tune_s: float | None) -> str:
     """The last line(s) of `loadertop run`: the job's exit code, and what --tune chose."""
     lines = [f"loadertop run: the job exited with code {code}"]
-    if tune_s is not None:
-        snippet = job.tune_snippet()
-        lines.append(f"loadertop run: tuned: {snippet}" if snippet else "loadertop run: --tune chose nothing "
-                     "(the job ended before tuning settled, or its loader could not be tuned)")  # fmt: skip
+    chose = job.tune_choice() if tune_s is not None else None
+    if chose is not None:  # the job's line, and why: a switch's win, or why the job's own loader stayed
+        lines += [f"loadertop run: tuned: {chose.snippet}", f"loadertop run: why: {chose.reason}"]
+    elif tune_s is not None:
+        lines.append(
+            "loadertop run: --tune chose nothing (the job ended before tuning settled, or its loader could not be "
+            "tuned)"
+        )
     return "\n".join(lines)

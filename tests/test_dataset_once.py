@@ -21,6 +21,9 @@ DATA = Path(__file__).parent / "data"
 COUNTED = f"{DATA}/counted.py"
 FAST = dict(trial_seconds=2.0, block_seconds=0.15, interval=0.2, start_methods=("fork",))
 GRID = [TrialConfig(0, 32), TrialConfig(1, 32, 2, start_method="fork"), TrialConfig(2, 32, 2, start_method="fork")]
+sys.path.insert(0, str(DATA))
+from corrupt_clips import write_clips  # noqa: E402  (tests/data is not a package)
+
 PIL_ERROR = (
     "TypeError: default_collate: batch must contain tensors, numpy arrays, numbers, dicts or lists; "
     "found <class 'PIL.Image.Image'>"
@@ -119,6 +122,52 @@ def test_the_cli_says_one_line_and_exits_2_for_data_every_trial_fails_on(tmp_pat
     assert line.startswith("loadertop: error: the dataset's first batch fails: TypeError: default_collate")
     assert "ToTensor()" in proc.stderr and proc.stdout == ""
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("workers", "lines"),
+    [((), ["w=0 ", "w=1 "]), (("--workers", "2"), ["w=2 "])],  # the default climb stops at the repeat; one trial
+    ids=["default-0-and-1-workers", "2-workers-alone"],
+)
+def test_a_corrupt_file_fails_every_configuration_naming_the_file_and_sample_with_exit_2(
+    tmp_path: Path, workers: tuple[str, ...], lines: list[str]
+) -> None:
+    bad = write_clips(tmp_path / "clips")  # 300 clips, number 150 corrupt: past the check's first batch
+    cmd = [sys.executable, "-m", "loadertop", "--headless", *workers, "--trial-seconds", "1", "--out",
+           str(tmp_path / "runs"), "--dataset", f"{DATA}/corrupt_clips.py:build", "--dataset-arg",
+           f"root={tmp_path / 'clips'}"]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 2, proc.stdout + proc.stderr  # before: 0, "No recommendation: no trial finished."
+    failed = {line.split("]")[1].split()[0] + " ": line for line in proc.stderr.splitlines() if line.startswith("[")}
+    assert list(failed) == lines
+    cause = f"failed: LibsndfileError: Error opening '{bad}': Format not recognised. ("
+    for label, line in failed.items():  # before: the 1-worker row said only "trial process exited with code 1"
+        assert cause in line and line.endswith("sample index 150)"), line
+        assert ("(in DataLoader worker 0, " in line) == (label != "w=0 "), line
+    said = proc.stderr.strip().splitlines()[-1]
+    assert said.startswith("loadertop: error: ") and "fix: a file is not audio soundfile can read" in said
+    assert not any((tmp_path / "runs").iterdir())  # before: a run folder was left
+
+
+@pytest.mark.unit
+def test_a_sweep_that_ends_with_none_finished_and_a_data_failure_is_bad_data_whatever_the_wording() -> None:
+    first, second = f"OSError: cannot read {DATA}/a.wav (sample index 3)", "OSError: cannot read b.wav (sample index 9)"
+    failed = [_failed(0, first), _failed(1, second)]
+    differently = SameFailure()
+    for trial in failed:
+        differently.trial(trial, trial.error)  # worded differently: no early stop
+    with pytest.raises(DataError) as caught:
+        differently.finish(failed)
+    assert str(caught.value) == f"every configuration failed (2 trials, none finished), trial 1 on the data: {first}"
+
+    one_finished, resources = SameFailure(), SameFailure()
+    ok = TrialResult(2, TrialConfig(2, 32), "ok", samples_per_s=10.0)
+    for trial in failed:
+        one_finished.trial(trial, trial.error)
+    one_finished.finish([*failed, ok])  # a rerun's whole result counts: a row that finished is an answer
+    oom = "RuntimeError: DataLoader worker (pid 12) is killed by signal: Killed."
+    resources.trial(_failed(0, oom), oom)
+    resources.finish([_failed(0, oom)])  # a smaller configuration may run: not the data's fault
 
 
 def _failed(index: int, error: str) -> TrialResult:

@@ -13,7 +13,7 @@ import pytest
 
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.engine.report.runfolder import read_trials
-from loadertop.core.model.config import Settings
+from loadertop.core.model.config import DataError, Settings
 from loadertop.core.model.events import (
     ProbeSample,
     SweepFinished,
@@ -23,6 +23,7 @@ from loadertop.core.model.events import (
     TrialProgress,
     TrialStarted,
 )
+from loadertop.core.model.results import TrialResult
 
 FAST = dict(dataset="synthetic:cpu_ms=1,io_ms=1,kb=16", trial_seconds=1.5, block_seconds=0.15, interval=0.2)
 DESIGN_TRIAL_KEYS = {
@@ -154,11 +155,19 @@ def test_other_start_methods_work_and_are_recorded(runs: Path, method: str) -> N
     assert trial.config.start_method == method
 
 
-def test_failing_dataset_fails_the_trial_not_the_sweep(runs: Path, no_leftovers: None) -> None:
+def test_failing_dataset_fails_each_trial_and_a_sweep_with_none_finished_as_bad_data(
+    runs: Path, no_leftovers: None
+) -> None:
     settings = Settings(workers=(0, 2), **{**FAST, "dataset": "synthetic:fail_at=40,cpu_ms=0,io_ms=0"})
-    result = Sweep(settings, out_dir=runs).run()
-    assert [t.status for t in result.trials] == ["failed", "failed"]
-    assert all("synthetic failure at index 40" in (t.error or "") for t in result.trials)
+    finished: list[TrialResult] = []
+    with pytest.raises(DataError) as caught:
+        for event in Sweep(settings, out_dir=runs).events():
+            if isinstance(event, TrialFinished):
+                finished.append(event.result)
+    assert [t.status for t in finished] == ["failed", "failed"]  # the first failure did not stop the sweep
+    assert all("synthetic failure at index 40" in (t.error or "") for t in finished)
+    assert str(caught.value).startswith("every configuration failed (2 trials, none finished), trial 2 on the data")
+    assert not any(runs.iterdir())  # no answer, no run folder
 
 
 def test_short_epochs_are_measured_whole_with_their_boundaries(runs: Path, no_leftovers: None) -> None:

@@ -16,9 +16,9 @@ import pytest
 from procs import FAULTS, Family, start_loadertop
 
 from loadertop.core.engine.drive.driver import Sweep
-from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.events import Notice, TrialLaunched
-from loadertop.core.model.results import SweepResult
+from loadertop.core.model.config import DataError, Settings, TrialConfig
+from loadertop.core.model.events import Notice, TrialFinished, TrialLaunched
+from loadertop.core.model.results import SweepResult, TrialResult
 
 FAST = dict(trial_seconds=1.5, block_seconds=0.15, interval=0.2, start_methods=("fork",))
 W0 = TrialConfig(0, 32)
@@ -43,15 +43,30 @@ def run_sweep(runs: Path, factory: str, only: list[TrialConfig], **settings: obj
     return sweep.result
 
 
+def failing_sweep(runs: Path, factory: str, only: list[TrialConfig], **args: str) -> tuple[list[TrialResult], str]:
+    """A sweep of a fault dataset where no trial finishes: its trials as they were reported, and the DataError's
+    line it ends with; asserts that every process of it is gone and no run folder is left."""
+    sweep = Sweep(Settings(dataset=f"{FAULTS}:{factory}", dataset_args=tuple(args.items()), **FAST), out_dir=runs,  # type: ignore[arg-type]
+                  only=only)  # fmt: skip
+    family, finished = Family().watch(), list[TrialResult]()
+    with pytest.raises(DataError) as caught:
+        for event in sweep.events():
+            family.see(event)
+            if isinstance(event, TrialFinished):
+                finished.append(event.result)
+    family.gone_within(2.0)
+    assert not any(runs.iterdir())
+    return finished, str(caught.value)
+
+
 def test_exception_in_getitem_fails_the_trial_with_the_datasets_text_and_index(runs: Path) -> None:
-    # One sweep each: two trials failing the same way would stop the sweep as bad data (test_dataset_once.py).
-    (worker,) = run_sweep(runs, "raising", [W2], args={"at": "17", "where": "both"}).trials
-    result = run_sweep(runs, "raising", [W0], args={"at": "17", "where": "both"})
-    (main,) = result.trials
-    assert worker.status == "failed" and main.status == "failed"
+    # A sweep where nothing finishes ends as bad data: the trials say what the dataset raised, and where.
+    (worker,), said = failing_sweep(runs, "raising", [W2], at="17", where="both")
+    assert worker.status == "failed"
     assert worker.error == "ValueError: corrupt record at offset 69632 (in DataLoader worker 0, sample index 17)"
-    assert main.error == "ValueError: corrupt record at offset 69632 (sample index 17)"
-    assert not result.interrupted
+    assert said.startswith("every configuration failed (1 trial, none finished), trial 1 on the data: ValueError")
+    (main,), _ = failing_sweep(runs, "raising", [W0], at="17", where="both")
+    assert main.status == "failed" and main.error == "ValueError: corrupt record at offset 69632 (sample index 17)"
 
 
 def test_workers_killed_by_signals_fail_their_trials_and_the_sweep_goes_on(runs: Path) -> None:
@@ -94,6 +109,27 @@ def test_a_dead_worker_is_described_by_its_signal_or_else_by_torchs_own_line_nev
     assert describe(_exited(queue.Empty())) == "RuntimeError: DataLoader worker (pid(s) 4242) exited unexpectedly"
 
 
+@pytest.mark.unit
+def test_a_workers_exception_that_cannot_print_keeps_its_cause_worded_as_at_0_workers() -> None:
+    from soundfile import LibsndfileError
+
+    from loadertop.core.trial.crashes import describe
+
+    # torch re-raises a worker's exception as type(its text): soundfile's takes an error code, and str() raised, so
+    # the trial died before saying why ("trial process exited with code 1")
+    worker = LibsndfileError(
+        "Caught LibsndfileError in DataLoader worker process 1.\nOriginal Traceback (most recent call last):\n"
+        '  File "clips.py", line 9, in __getitem__\n'
+        "soundfile.LibsndfileError: Error opening 'clip_0150.wav': Format not recognised.\n"
+        "loadertop: sample index 150\n"
+    )
+    said = "LibsndfileError: Error opening 'clip_0150.wav': Format not recognised."
+    assert describe(worker) == f"{said} (in DataLoader worker 1, sample index 150)"
+    main = LibsndfileError(0x01, prefix="Error opening 'clip_0150.wav': ")
+    main.add_note("loadertop: sample index 150")
+    assert describe(main) == f"{said} (sample index 150)"  # as at 0 workers: the same words, unqualified
+
+
 class _DiesAt5:
     def __len__(self) -> int:
         return 64
@@ -132,6 +168,19 @@ def test_a_hung_trial_is_killed_after_the_timeout_and_says_what_it_last_did(runs
     hung, ok = result.trials
     assert hung.error == "no batch for 2 s (last: got the first batch)"
     assert ok.status == "ok"  # the sweep went on
+
+
+def test_a_headless_sweep_where_a_hang_leaves_nothing_finished_exits_2_and_keeps_its_log(tmp_path: Path) -> None:
+    # Not the data's fault (a hang), so not bad input: the folder stays for its runner.log. Before: exit 0.
+    runs = tmp_path / "runs"
+    code, out, err = loadertop("--workers", "0", "--trial-seconds", "1", "--trial-timeout", "2", "--out", str(runs),
+                               "--dataset", f"{FAULTS}:hanging", "--dataset-arg", "after=100", "--dataset-arg",
+                               "where=both")  # fmt: skip
+    assert code == 2, out + err
+    assert "failed: no batch for 2 s (last: got the first batch)" in err
+    assert "No recommendation: every configuration failed (tracebacks: runner.log)." in out
+    (folder,) = runs.iterdir()
+    assert (folder / "runner.log").exists()
 
 
 def test_a_runner_that_stops_answering_is_replaced_and_the_sweep_goes_on(

@@ -236,6 +236,52 @@ def test_tune_tunes_the_first_loader_in_place_and_prints_the_line(jobs_root: Pat
     assert "DataLoader(" in line
 
 
+# Each process's first sample waits 1.5 s (a heavy import inside __getitem__): in a 3 s budget the job's own 1 worker
+# is all that fits, and no rival's start-up does.
+SLOW_START = r"""
+import os, time
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+class SlowStart(Dataset):
+    started = set()
+    def __len__(self): return 1200
+    def __getitem__(self, i):
+        if os.getpid() not in self.started:
+            self.started.add(os.getpid())
+            time.sleep(1.5)
+        time.sleep(0.001)
+        return torch.tensor([float(i)])
+
+loader = DataLoader(SlowStart(), batch_size=8, num_workers=1)
+end = time.monotonic() + 6
+while time.monotonic() < end:
+    for batch in loader:
+        time.sleep(0.002)
+print("EPOCHS DONE", flush=True)
+"""
+
+
+def test_tune_keeps_the_jobs_loader_when_one_configuration_fits_and_names_runs_option(
+    jobs_root: Path, tmp_path: Path
+) -> None:
+    script = tmp_path / "slow_start.py"
+    script.write_text(SLOW_START)
+    done = run(["--headless", "--interval", "0.5", "--tune", "3", "--", sys.executable, str(script)],
+               jobs_root, tmp_path, timeout=60)  # fmt: skip
+    assert done.returncode == 0 and "EPOCHS DONE" in done.stdout, done.stderr
+    why = (
+        "kept w=1 bs=8 pf=2 fork, the job's own: only 1 configuration fit the 3 s budget, nothing to compare it with; "
+        "a larger --tune budget measures the others"
+    )
+    # before: "chose w=0 bs=32 after 1 configurations ... only 0 workers measured ...; try max_workers"
+    assert f"loadertop.tune: {why} (1 configuration measured in " in done.stderr
+    said = [line for line in done.stderr.splitlines() if line.startswith("loadertop run: ")][-2:]
+    kept = "loadertop run: tuned: DataLoader(dataset, batch_size=8, num_workers=1)"  # the job's own line
+    assert said == [kept, f"loadertop run: why: {why}"]
+    assert "max_workers" not in done.stdout + done.stderr and "budget_s" not in done.stdout + done.stderr
+
+
 def test_under_torchrun_the_ranks_are_followed_under_the_launcher(jobs_root: Path, tmp_path: Path) -> None:
     live = tmp_path / "live.jsonl"
     launcher = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "1", "--master-port", "0"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -196,7 +197,7 @@ def test_trace_is_written_to_the_job_folder() -> None:
     loader = DataLoader(Indexed(300), batch_size=4, num_workers=1, timeout=30)  # a timeout: not at 0 workers
     tuned = loadertop.tune(loader, budget_s=1.5, max_workers=1)
     run(tuned, after_settled=0)
-    assert tuned.trace[0].config.num_workers == 0 and tuned.choice is not None
+    assert tuned.trace[0].config.num_workers == 1 and tuned.choice is not None  # the job's own configuration first
     lines = [decode(line) for line in (pub.folder / TUNE_FILE).read_text().splitlines()]
     chose = [m for m in lines if isinstance(m, TuneChose)]
     assert any(isinstance(m, TuneStep) for m in lines)
@@ -232,7 +233,7 @@ def test_an_iterable_dataset_is_watched_not_tuned(capsys: pytest.CaptureFixture[
 def test_the_datasets_error_reaches_the_loop_as_the_plain_loader_raises_it() -> None:
     loader = DataLoader(Indexed(600, fail_in_worker=True), batch_size=4, num_workers=2)
     tuned = loadertop.tune(loader, budget_s=BUDGET_S, max_workers=2)
-    with pytest.raises(ValueError, match="cannot be read in a worker"):  # 0 workers first, then a worker reads
+    with pytest.raises(ValueError, match="cannot be read in a worker"):  # the job's own 2 workers first
         for _ in range(10):
             for _ in tuned:
                 time.sleep(STEP_S)
@@ -262,6 +263,56 @@ def test_an_internal_failure_steps_aside_without_losing_the_position(
     warnings = [r for r in caplog.records if "internal error" in r.getMessage()]
     assert len(warnings) == 1 and "planner broke" in warnings[0].getMessage()
     assert tuned.choice is None
+    assert no_children() == []
+
+
+class SlowStart(Indexed):
+    """Each process's first sample waits `start_s` (a heavy import inside __getitem__): every fresh worker pays it."""
+
+    def __init__(self, n: int, start_s: float) -> None:
+        super().__init__(n)
+        self.start_s = start_s
+        self.started: set[int] = set()
+
+    def __getitem__(self, i: int) -> tuple[int, int]:
+        if os.getpid() not in self.started:
+            self.started.add(os.getpid())
+            time.sleep(self.start_s)
+        return super().__getitem__(i)
+
+
+def test_a_budget_that_fits_one_configuration_keeps_the_jobs_loader_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The job's own 1 worker is measured first; a rival's start-up (1.5 s) cannot fit in what is left of 3 s. Before:
+    # 0 workers measured alone, the job switched to it, "only 0 workers measured; try max_workers".
+    loader = DataLoader(SlowStart(1200, start_s=1.5), batch_size=8, num_workers=1)  # epochs past the span
+    tuned = loadertop.tune(loader, budget_s=3.0)
+    epochs = run(tuned, after_settled=1)
+    assert tuned.choice is not None and tuned.choice.num_workers == 1, tuned.reason
+    assert len(tuned.trace) == 1 and tuned.trace[0].config.num_workers == 1
+    assert tuned.reason == (
+        "kept w=1 bs=8 pf=2 fork, the job's own: only 1 configuration fit the 3 s budget, nothing to compare it "
+        "with; a larger budget_s measures the others"
+    )
+    assert all({nw for _, nw in seen} == {1} for seen in epochs)  # never switched
+    said = capsys.readouterr().err
+    assert f"loadertop.tune: {tuned.reason} (1 configuration measured in " in said
+    assert "DataLoader(dataset, batch_size=8, num_workers=1)" in said
+    assert no_children() == []
+
+
+@pytest.mark.parametrize("seeded", [False, True], ids=["torch-rng", "own-generator"])
+def test_the_first_epoch_keeps_the_order_the_untuned_loader_gives(seeded: bool) -> None:
+    # Tune drew the epoch's batches before the seed a loader's iterator draws first: epoch 0 was shuffled otherwise
+    def shuffled() -> DataLoader[tuple[int, int]]:
+        torch.manual_seed(11)
+        g = torch.Generator().manual_seed(5) if seeded else None
+        return DataLoader(Indexed(240), batch_size=8, shuffle=True, generator=g, num_workers=1)
+
+    untuned = [i for idx, _ in shuffled() for i in idx.tolist()]
+    tuned = loadertop.tune(shuffled(), budget_s=BUDGET_S, max_workers=2)
+    assert [i for idx, _ in tuned for i in idx.tolist()] == untuned
     assert no_children() == []
 
 

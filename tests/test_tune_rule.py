@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from loadertop.core.engine.tune_entry import RUN_TUNE_TERMS, UserArgs
 from loadertop.core.engine.verdict.analysis import analyze
 from loadertop.core.job.tune_plan import Tuner, tune_settings
 from loadertop.core.model.config import TrialConfig, adaptive_cap
@@ -167,3 +168,56 @@ def test_the_fastest_kept_over_fewer_within_noise_does_not_say_no_fewer_were_wit
     assert choice.config.num_workers == 8
     assert "no fewer within" not in choice.reason
     assert "fewer within noise, none surely within 5%" in choice.reason
+
+
+def _own_first(own: TrialConfig, **kwargs: object) -> Tuner:
+    """A Tuner told the job's own configuration, as loadertop.tune builds it."""
+    settings = tune_settings(own, machine(), None, 0.05, cuda=False)
+    return Tuner(settings, machine(), UserArgs(config=own), **kwargs)  # type: ignore[arg-type]
+
+
+def test_a_switch_needs_the_jobs_own_run_and_a_rival() -> None:
+    own = TrialConfig(1, 32, 2)
+    # `run --tune 30` measured 0 workers only, never the job's 1 worker, and switched: "try max_workers"
+    only_rival = Tuner(tune_settings(own, machine(), None, 0.05, cuda=False), machine())
+    only_rival.feed(result(0, 13.0), None)
+    kept = only_rival.choice(own)
+    assert kept.kept and kept.config.num_workers == 1 and "it was not measured in the budget" in kept.reason
+    assert kept.snippet == "DataLoader(dataset, batch_size=32, num_workers=1)"
+
+    tuner = _own_first(own, terms=RUN_TUNE_TERMS, budget_s=30.0)
+    first = tuner.next()
+    assert first is not None and first.num_workers == 1  # the job's own loader first: nothing to switch
+    tuner.feed(result(1, 13.0), None)
+    alone = tuner.choice(own)
+    assert alone.kept and alone.config == first
+    assert alone.reason == (
+        "kept w=1 bs=32 pf=2 fork, the job's own: only 1 configuration fit the 30 s budget, nothing to compare it "
+        "with; a larger --tune budget measures the others"
+    )
+    assert "max_workers" not in alone.reason and "budget_s" not in alone.reason  # not run's options
+
+
+def test_a_win_within_the_noise_keeps_the_jobs_loader_and_a_clear_one_switches() -> None:
+    own = TrialConfig(1, 32, 2)
+    tuner = _own_first(own)
+    tuner.feed(result(1, 100.0, spread=0.04), None)
+    tuner.feed(result(0, 103.0, spread=0.04), None)  # the rule's pick (fewer workers, within the band)
+    assert analyze(tuner.results, tuner.settings, tuner.machine)[1].config.num_workers == 0  # type: ignore[union-attr]
+    within = tuner.choice(own)
+    assert within.kept and within.config.num_workers == 1
+    assert "w=0 bs=32 measured 103 samples/s against its 100, not faster beyond the 5% noise band" in within.reason
+    tuner.feed(result(2, 180.0, spread=0.04), None)
+    switched = tuner.choice(own)
+    assert not switched.kept and switched.config.num_workers == 2
+
+
+def test_the_jobs_own_configuration_is_measured_first_and_the_climb_reads_that_run() -> None:
+    own = TrialConfig(2, 32, 2)
+    tuner = _own_first(own)
+    asked = []
+    while len(asked) < 6 and (config := tuner.next()) is not None:
+        asked.append(config.num_workers)
+        tuner.feed(result(config.num_workers, 100.0 * min(config.num_workers, 4) + 50.0), None)
+    assert asked[:4] == [2, 0, 1, 4]  # the climb's 2-worker rung is the job's run, not measured again
+    assert tuner.decisions[0].startswith("baseline: the job's own configuration first (w=2 bs=32 pf=2 fork)")

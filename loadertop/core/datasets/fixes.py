@@ -23,6 +23,8 @@ _FIXES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("each element in list of batch should be of equal size",), "the samples differ in their number of fields: "
      "return the same structure for every sample"),
     (("cannot identify image file",), "a file is not an image Pillow can read: remove it, or skip unreadable files"),
+    (("LibsndfileError",), "a file is not audio soundfile can read: remove or re-encode it, or skip unreadable "
+     "files"),
     (("FileNotFoundError",), "a file the dataset reads is missing: check the dataset's root path"),
     (("Can't pickle",), "what the workers receive must pickle: define it at module level, or use --start-method fork"),
     (("cannot pickle",), "what the workers receive must pickle: define it at module level, or use --start-method "

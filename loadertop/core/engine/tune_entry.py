@@ -4,9 +4,23 @@ pyproject.toml keeps the job side to these names."""
 
 from loadertop.core.engine.search.adaptive import AdaptivePlanner
 from loadertop.core.engine.verdict.analysis import analyze
-from loadertop.core.engine.verdict.band import noise_band
+from loadertop.core.engine.verdict.band import Win, noise_band, win_over
 from loadertop.core.engine.verdict.snippet import UserArgs, snippet
-from loadertop.core.engine.verdict.stops import BUDGET, TUNE_TERMS, Stop
+from loadertop.core.engine.verdict.stops import BUDGET, RUN_TUNE_TERMS, TUNE_TERMS, Stop, Terms
 from loadertop.core.engine.wording import pct
 
-__all__ = ["BUDGET", "TUNE_TERMS", "AdaptivePlanner", "Stop", "UserArgs", "analyze", "noise_band", "pct", "snippet"]
+__all__ = [
+    "BUDGET",
+    "RUN_TUNE_TERMS",
+    "TUNE_TERMS",
+    "AdaptivePlanner",
+    "Stop",
+    "Terms",
+    "UserArgs",
+    "Win",
+    "analyze",
+    "noise_band",
+    "pct",
+    "snippet",
+    "win_over",
+]

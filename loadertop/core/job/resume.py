@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader, IterableDataset
 
 from loadertop.core.datasets.loaders import loader_kwargs
@@ -33,11 +34,15 @@ def why_not_tunable(loader: Any) -> str | None:
     return None
 
 
-def epoch_batches(loader: DataLoader[Any]) -> Batches:
-    """The epoch's index batches, in order, from the user's own batch sampler (asked once)."""
+def epoch_batches(loader: DataLoader[Any], epoch: int) -> Batches:
+    """The epoch's index batches, in order, from the user's own batch sampler (asked once). First the seed that the
+    loader's own iterator would draw for this epoch (its workers' base seed, from its generator or torch's): a
+    shuffle without a generator of its own then draws where the loader's would, and the epoch keeps its order."""
     sampler = loader.batch_sampler
     if sampler is None:  # why_not_tunable() refuses these before any epoch
         raise TypeError("batch_size=None (no batch sampler): batches are not index lists")
+    if epoch == 0 or not (loader.persistent_workers and loader.num_workers > 0):  # a fresh iterator draws it
+        torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
     return [list(batch) for batch in sampler]
 
 

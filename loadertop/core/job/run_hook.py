@@ -6,7 +6,8 @@ launcher (torchrun), its ranks, spawned processes, DataLoader workers. install()
 library: it waits for `torch.utils.data.dataloader` to be imported (a meta path finder) and then wraps
 `DataLoader.__iter__`. Nothing publishes until a process iterates a loader, so a launcher and the workers (a forked
 worker never publishes; a spawned one iterates no loader) stay out of it. With LOADERTOP_RUN_TUNE=BUDGET_S the first
-loader the job iterates is tuned in place (`loadertop.tune(loader, BUDGET_S)`), every epoch of it.
+loader the job iterates is tuned in place (as `loadertop.tune(loader, BUDGET_S)`, its advice in run's words), every
+epoch of it.
 
 Nothing here may hurt the job: any failure of loadertop's own is plain iteration.
 """
@@ -56,12 +57,12 @@ def _watched_iter(loader: Any) -> Iterator[Any] | None:
     tuned = _Tuning.tuned.get(loader)
     if tuned is None and _Tuning.budget_s is not None and not _Tuning.claimed:
         from loadertop.core.job.publisher import publisher
-        from loadertop.core.job.tune import tune
+        from loadertop.core.job.tune import tune_in_run
 
         if publisher() is None:  # a forked worker, or watching is off: no tuning here either
             return None
         _Tuning.claimed = True
-        tuned = _Tuning.tuned[loader] = tune(loader, _Tuning.budget_s)
+        tuned = _Tuning.tuned[loader] = tune_in_run(loader, _Tuning.budget_s)
     if tuned is not None:
         it: Iterator[Any] = iter(tuned)
         return it

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from loadertop.core.engine.tune_entry import RUN_TUNE_TERMS, TUNE_TERMS, Terms
 from loadertop.core.job.resume import (
     Batches,
     current_config,
@@ -58,6 +59,12 @@ def tune(
     return Tuned(loader, budget_s, max_workers=max_workers, tolerance=tolerance, snapshot_every=snapshot_every)
 
 
+def tune_in_run(loader: Any, budget_s: float) -> Tuned:
+    """`loadertop run --tune BUDGET_S`'s tune: its advice names run's one option (the budget), not tune()'s
+    arguments (run has no max_workers)."""
+    return Tuned(loader, budget_s, max_workers=None, tolerance=_TOLERANCE, terms=RUN_TUNE_TERMS)
+
+
 class Tuned:
     """What `tune()` returns: iterate it once per epoch, as the loader. `choice`, `trace` and `snippet` say what
     tuning measured and chose (`choice` is None until it settles); `decisions`, why it tried each configuration
@@ -73,8 +80,10 @@ class Tuned:
         max_workers: int | None,
         tolerance: float,
         snapshot_every: Sequence[int] = (),
+        terms: Terms = TUNE_TERMS,
     ) -> None:
         self.loader = loader
+        self._terms = terms  # how its advice names what the user can change: tune()'s arguments or run's
         self.budget_s = float(budget_s)
         self.choice: TrialConfig | None = None
         self.reason = ""
@@ -160,7 +169,7 @@ class Tuned:
         cuda = _cuda()
         machine = read_machine()
         settings = tune_settings(user, machine, self._max_workers, self._tolerance, cuda)
-        self._tuner = Tuner(settings, machine, user_args(self.loader))
+        self._tuner = Tuner(settings, machine, user_args(self.loader), terms=self._terms, budget_s=self.budget_s)
         first = self._tuner.next()
         if first is None:
             self._settle()
@@ -174,7 +183,7 @@ class Tuned:
         # The user's sampler: its errors are the user's
         start = EpochStart(self.loader, self._place.start) if self._stateful else None
         self._place = _Place(start=start)
-        batches = self._batches = start.batches if start is not None else epoch_batches(self.loader)
+        batches = self._batches = start.batches if start is not None else epoch_batches(self.loader, epoch)
         pos, it, config, opened = 0, None, None, began
         first_batch: float | None = None
         complete = False
@@ -344,13 +353,17 @@ class Tuned:
         self._viewers.chose(choice, len(tuner.results), self.tuning_s)
         if self._snapshot_every:
             self._guard(self._measure_snapshots, choice)
-        measured = len(tuner.results)
+        print(f"loadertop.tune: {self._settled_line(choice)}\n  {choice.snippet}", file=sys.stderr)
+
+    def _settled_line(self, choice: Choice) -> str:
+        measured = len({t.config for t in self._tuner.results if t.status == "ok"}) if self._tuner else 0
+        configurations = f"{measured} configuration{'' if measured == 1 else 's'}"
         switches = sum(step.switch_s for step in self.trace)
-        print(
-            f"loadertop.tune: chose {choice.config.label()} after {measured} configurations in {self.tuning_s:.1f}"
-            f" s of training ({switches:.1f} s of it switching loaders): {self.reason}\n  {choice.snippet}",
-            file=sys.stderr,
-        )
+        if choice.kept:  # the reason leads: what was kept, and why
+            spent = f"{self.tuning_s:.1f} s of training, {switches:.1f} s of it switching loaders"
+            return f"{self.reason} ({configurations} measured in {spent})"
+        spent = f"{self.tuning_s:.1f} s of training ({switches:.1f} s of it switching loaders)"
+        return f"chose {choice.config.label()} after {configurations} in {spent}: {self.reason}"
 
     def _measure_snapshots(self, choice: Choice) -> None:
         """What each snapshot_every_n_steps asked for costs at the choice: real loaders over the epoch's first
@@ -388,6 +401,7 @@ class Tuned:
 
 
 _SNAPSHOT_BATCHES = 100  # batches each snapshot interval is timed over (fewer in a shorter epoch)
+_TOLERANCE = 0.05  # tune()'s default noise band, for run --tune
 
 
 @dataclass

@@ -2,6 +2,11 @@
 (engine/verdict/analysis.py `analyze`: the band rule of engine/verdict/band.py, and the sweep's reason), fed with what
 the training loop measured. It takes them from the engine's search entry (engine/search/__init__.py).
 
+The job's own configuration is measured first (the loader it built, nothing to switch), and tune switches away from
+it only on evidence: another configuration measured, and the pick faster than the job's own beyond the noise band
+(engine/verdict/band.py `win_over`). Otherwise it keeps the job's loader and says why, in the words of the command
+that started it (`Terms`: tune()'s arguments, or `run --tune`'s budget).
+
 Two phases: the planner climbs num_workers (the user's prefetch_factor and pin_memory) as far as the sweep would,
 bisects and repeats the finalists; then the other knobs are tried at the worker count the rule keeps, one at a time,
 and again at the new count should a knob move the choice. Trying them at a count chosen before the repeats would
@@ -14,6 +19,7 @@ so the climb stops once a configuration is within noise of what the training ste
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 from loadertop.core.engine.tune_entry import (
@@ -21,11 +27,13 @@ from loadertop.core.engine.tune_entry import (
     TUNE_TERMS,
     AdaptivePlanner,
     Stop,
+    Terms,
     UserArgs,
     analyze,
     noise_band,
     pct,
     snippet,
+    win_over,
 )
 from loadertop.core.machine.facts import machine_info
 from loadertop.core.machine.gpu import GpuProbe
@@ -43,6 +51,7 @@ class Choice:
     samples_per_s: float | None
     reason: str
     snippet: str
+    kept: bool = False  # the job's own configuration, kept for want of evidence that another beats it
 
 
 def read_machine() -> MachineInfo:
@@ -88,10 +97,23 @@ def span_s(budget_s: float) -> float:
 class Tuner:
     """The planner's side of tuning: next configuration, results in, the choice out."""
 
-    def __init__(self, settings: Settings, machine: MachineInfo, user: UserArgs | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        machine: MachineInfo,
+        user: UserArgs | None = None,
+        *,
+        terms: Terms = TUNE_TERMS,
+        budget_s: float | None = None,
+    ) -> None:
         self.settings = settings
         self.machine = machine
         self.user = user or UserArgs()
+        self.terms, self.budget_s = terms, budget_s  # how the advice names the command's options; for the reason
+        # The job's own configuration, measured first: what a switch must beat (None: not known, nothing first)
+        self.own = self.as_measured(self.user.config) if self.user.config is not None else None
+        self._own_first = self.own is not None
+        self._asked: Counter[TrialConfig] = Counter()  # how often the planner proposed each configuration
         self.results: list[TrialResult] = []
         self.decisions: list[str] = []  # the planner's notes and the knobs' phase: why each configuration was tried
         self._step_s: float | None = None  # the fastest mean step measured: the consumer ceiling's step
@@ -115,15 +137,51 @@ class Tuner:
         self._pending = self._next()
         return self._pending
 
+    def as_measured(self, config: TrialConfig) -> TrialConfig:
+        """A job's configuration as tune measures it (workers not kept between epochs, batches in order): the one
+        of tune's space with its knobs, else those knobs alone."""
+        knobs = ("num_workers", "batch_size", "prefetch_factor", "pin_memory")
+        same = (c for c in self.settings.trial_configs() if all(getattr(c, k) == getattr(config, k) for k in knobs))
+        found = next(same, None)
+        if found is not None:
+            return found
+        nw = config.num_workers
+        method = self.settings.start_methods[0] if nw and self.settings.start_methods else None
+        pf = config.prefetch_factor if nw else None
+        return TrialConfig(nw, config.batch_size, pf, config.pin_memory, start_method=method)
+
     def _next(self) -> TrialConfig | None:
+        if self._own_first and self.own is not None:
+            self._own_first = False
+            self.decisions.append(
+                f"baseline: the job's own configuration first ({self.own.label()}): a switch must beat it beyond "
+                "the noise"
+            )
+            return self.own
         if self._climbing:
             self.planner.setup(self.machine, self.ceilings())  # the ceiling moves as steps are measured
-            config = self.planner.next(self.results)
-            self.decisions += [f"{s.phase}: {s.message}" for s in self.planner.take_notes()]
+            config = self._ask_planner()
+            if config is not None and self._reuses_own(config):
+                config = self._ask_planner()  # the climb reads the job's own run as that rung's
             if config is not None:
                 return config
             self._climbing = False
         return self._next_knob()
+
+    def _ask_planner(self) -> TrialConfig | None:
+        config = self.planner.next(self.results)
+        self.decisions += [f"{s.phase}: {s.message}" for s in self.planner.take_notes()]
+        if config is not None:
+            self._asked[config] += 1
+        return config
+
+    def _reuses_own(self, config: TrialConfig) -> bool:
+        """Whether the planner's proposal is a climb's rung that the job's own run, measured first, already is: the
+        climb's first proposal of it (a repeat, a duel, must run again), with a finished run to read."""
+        trace = self.planner.trace
+        climbing = bool(trace) and trace[-1].phase in ("plan", "climb")
+        finished = any(t.config == config and t.status == "ok" for t in self.results)
+        return config == self.own and self._asked[config] == 1 and climbing and finished
 
     def _next_knob(self) -> TrialConfig | None:
         """The first configuration not yet measured that differs from the kept one in one knob (prefetch_factor,
@@ -181,27 +239,61 @@ class Tuner:
 
     def choice(self, fallback: TrialConfig) -> Choice:
         """The sweep's recommendation over what was measured (its rule: the fewest workers surely within the
-        noise band of the fastest, repeats merged; and its reason); the user's own configuration when nothing was."""
+        noise band of the fastest, repeats merged; and its reason) when it beats the job's own configuration
+        (`fallback` where the Tuner was not told it) beyond the noise band; else the job's own, kept, and why."""
+        own = self.own or self.as_measured(fallback)
+        pick = self._rule_choice()
+        why = self._why_kept(own, pick)
+        if pick is not None and why is None:
+            return pick
+        rate = next((t.samples_per_s for t in reversed(self.results) if t.config == own and t.status == "ok"), None)
+        reason = f"kept {own.label()}, the job's own: {why}"
+        return Choice(own, rate, reason, self._line(own), kept=True)
+
+    def _why_kept(self, own: TrialConfig, pick: Choice | None) -> str | None:
+        """Why the job's own configuration stays: too little measured to judge, the rule's own pick, or no win
+        beyond the noise. None when the pick replaces it."""
+        measured = list(dict.fromkeys(t.config for t in self.results if t.status == "ok"))
+        budget = f"the {self.budget_s:g} s budget" if self.budget_s else "the budget"
+        more = self.terms.more_budget
+        if not measured or pick is None:
+            return f"nothing was measured in {budget}; {more} measures the others"
+        if own not in measured:
+            ran = next((f" (its run: {t.error})" for t in reversed(self.results) if t.config == own), "")
+            return f"it was not measured in {budget}{ran}, so nothing can be compared with it; {more} measures it"
+        if len(measured) == 1:
+            return f"only 1 configuration fit {budget}, nothing to compare it with; {more} measures the others"
+        if pick.config == own:
+            return pick.reason
+        win = win_over(pick.config, own, self.results, self.settings.tolerance)
+        if win is None or win.sure:
+            return None
+        return (
+            f"{pick.config.label()} measured {win.samples_per_s:.0f} samples/s against its "
+            f"{win.ref_samples_per_s:.0f}, not faster beyond the {pct(win.band)} noise band: a switch must win "
+            "beyond the noise"
+        )
+
+    def _rule_choice(self) -> Choice | None:
+        """The sweep's recommendation over what was measured, with its reason; None when nothing was measured."""
         measured = [t.config.num_workers for t in self.results if t.status == "ok"]
         budget_ended = self._climbing and bool(measured) and max(measured) < max(self.settings.workers)
         stop = Stop("", BUDGET, max(measured)).step() if budget_ended else None  # the budget, not the range
-        rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop, TUNE_TERMS)[1]
+        rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop, self.terms)[1]
         if rec is None:
-            return Choice(
-                fallback, None, "nothing was measured in the budget: kept your configuration", self._line(fallback)
-            )
+            return None
         ceiling = self.ceilings()[0].samples_per_s if self.ceilings() else None
         share = f", {pct(rec.samples_per_s / ceiling)} of what the training step can take" if ceiling else ""
         kept = self.results[rec.trial_index]
         if ceiling and at_least_within(rec.samples_per_s, ceiling, noise_band(self.settings.tolerance, kept)):
             # The climb stopped at the step's ceiling: a wider range would not help, whatever the curve did
             share += " (within noise of its ceiling: more workers cannot make the step faster)"
-            quiet = dataclasses.replace(TUNE_TERMS, wider="")
+            quiet = dataclasses.replace(self.terms, wider="")
             rec = analyze(self.results, self.settings, self.machine, self.ceilings(), stop, quiet)[1] or rec
         reason = self._count_reason(rec.config, rec.samples_per_s) or rec.reason
         why = f"{rec.samples_per_s:.0f} samples/s{share}: {reason}"
         if left := self._unmeasured(rec.config):  # the reason's rule held over what was measured, not over all
-            why += f"; the budget ended before {left} could be measured (a larger budget_s measures them)"
+            why += f"; the budget ended before {left} could be measured ({self.terms.more_budget} measures them)"
         return Choice(rec.config, rec.samples_per_s, why, self._line(rec.config))
 
     def _count_reason(self, config: TrialConfig, samples_per_s: float | None) -> str | None:
@@ -214,7 +306,7 @@ class Tuner:
             return None
         on_climb = [t for t in self.results if t.config.num_workers == 0 or
                     (t.config.prefetch_factor == pf and t.config.pin_memory == pin)]  # fmt: skip
-        base = analyze(on_climb, self.settings, self.machine, self.ceilings(), terms=TUNE_TERMS)[1]
+        base = analyze(on_climb, self.settings, self.machine, self.ceilings(), terms=self.terms)[1]
         if base is None or base.config.num_workers != config.num_workers or not samples_per_s:
             return None
         changed = [f"{k}={getattr(config, k)}" for k in ("prefetch_factor", "pin_memory")

@@ -15,6 +15,8 @@ from typing import Any
 NOTE = "loadertop: sample index "
 _WORKER = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)\.")
 _SUBCLASSES: dict[type[Any], type[Any]] = {}
+# A traceback's last line names a class by its module ("soundfile.LibsndfileError: ..."), builtins excepted.
+_QUALIFIED = re.compile(r"^(?:\w+\.)+(?=\w+(?::\s|$))")
 _EXITED = re.compile(r"DataLoader worker \(pid\(s\) ([\d, ]+)\) exited unexpectedly")
 
 
@@ -75,8 +77,26 @@ def note_indices(dataset: Any, pickled: bool) -> Any:
 
 
 def describe(exc: BaseException) -> str:
-    """One line: the dataset's own `Type: message`, then where (worker, index) when known."""
-    text = str(exc)
+    """One line: the dataset's own `Type: message`, then where (worker, index) when known. Never raises: the trial's
+    Failed message is built from it."""
+    try:
+        return _describe(exc)
+    except Exception:  # an exception that cannot even be read: its type still says something
+        return f"{type(exc).__name__} (its message cannot be read; the traceback is in runner.log)"
+
+
+def _text(exc: BaseException) -> str:
+    """str(exc), or its string arguments where str() fails: torch re-raises a worker's exception as
+    `type(message)`, which an exception whose first argument is not a message (soundfile's LibsndfileError takes an
+    error code) cannot print."""
+    try:
+        return str(exc)
+    except Exception:
+        return " ".join(arg for arg in exc.args if isinstance(arg, str))
+
+
+def _describe(exc: BaseException) -> str:
+    text = _text(exc)
     cause = exc.__cause__ or exc.__context__
     if cause is not None and "exited unexpectedly" in text and "killed by signal" in str(cause):
         return describe(cause)  # torch's SIGCHLD handler said how the worker died ("killed by signal: ...")
@@ -89,6 +109,7 @@ def describe(exc: BaseException) -> str:
     worker = _WORKER.match(text)
     if worker and "Original Traceback" in text:
         own, inner_notes = _last_exception(text.split("Original Traceback", 1)[1])
+        own = _QUALIFIED.sub("", own)  # the worker's traceback names soundfile.LibsndfileError, 0 workers its type
         where = [f"in DataLoader worker {worker.group(2)}"]
         where += [n.removeprefix("loadertop: ") for n in inner_notes if n.startswith(NOTE)]
         return f"{own or worker.group(1)} ({', '.join(where)})"

@@ -312,13 +312,16 @@ class Sweep:
             dataset=DatasetFacts.of(checked),
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
         )
+        stopped = self._cancel.is_set() or self._stop_after.is_set()
+        if not stopped and not self._nodes.many:  # a stop keeps what finished; many nodes: node 0's verdict
+            self._same.finish(conclusion.result.trials)
         for note in conclusion.notes:
             self._emit(Notice("info", note))
         self.result = dataclasses.replace(
             conclusion.result,
             preflight=self._preflight.after(trials, machine.usable_cpus),
             run_dir=str(self.run_dir),
-            interrupted=self._cancel.is_set() or self._stop_after.is_set(),
+            interrupted=stopped,
             wall_s=wall_s,
             nodes=self._nodes.nodes(),
         )

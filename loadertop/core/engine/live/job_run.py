@@ -121,6 +121,11 @@ class JobRun:
 
     def tune_snippet(self) -> str | None:
         """What `--tune` chose (the job's kept tune trace), once the job has exited."""
+        chose = self.tune_choice()
+        return None if chose is None else chose.snippet
+
+    def tune_choice(self) -> TuneChose | None:
+        """`--tune`'s settling (the job's kept tune trace: the line, and why), once the job has exited."""
         job = self.job
         if job is None:
             return None
@@ -132,7 +137,7 @@ class JobRun:
                     message = decode(line)
                     if isinstance(message, TuneChose):
                         chose = message
-        return None if chose is None else chose.snippet
+        return chose
 
 
 @contextlib.contextmanager

@@ -140,6 +140,28 @@ class Noise:
         return at_least_within(sps(t), sps(ref), self.band(t, ref) - SURE * self.stderr(t, ref))
 
 
+@dataclass(frozen=True)
+class Win:
+    """One configuration against a reference, each over all its runs (their mean): whether it is faster by more
+    than their noise band, beyond Z standard errors of the difference (`Noise.surely_outside`, the other way round).
+    What a switch away from a running job's own configuration must rest on."""
+
+    samples_per_s: float
+    ref_samples_per_s: float
+    band: float
+    sure: bool
+
+
+def win_over(config: TrialConfig, ref: TrialConfig, trials: Sequence[TrialResult], tolerance: float) -> Win | None:
+    """`config` against `ref` over `trials`; None when either has no finished run."""
+    merged = {t.config: t for t in merge_repeats(finished(trials))}
+    t, r = merged.get(config), merged.get(ref)
+    if t is None or r is None:
+        return None
+    noise = Noise.of(trials, tolerance)
+    return Win(sps(t), sps(r), noise.band(t, r), noise.surely_outside(r, t))
+
+
 def _mean_se(t: TrialResult) -> float:
     """The standard error of one run's mean throughput from its own blocks."""
     return (t.spread or 0.0) / IQR_PER_SIGMA / math.sqrt(max(1, t.blocks))

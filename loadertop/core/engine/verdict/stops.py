@@ -37,6 +37,8 @@ class Terms:
 
 SWEEP_TERMS = Terms()
 TUNE_TERMS = Terms("a larger max_workers", "max_workers", "a larger budget_s")
+# `loadertop run --tune BUDGET_S`: its one option is the budget (no range to widen)
+RUN_TUNE_TERMS = Terms("", "a larger --tune budget", "a larger --tune budget")
 
 
 @dataclass(frozen=True)
