@@ -74,7 +74,7 @@ def main() -> None:
     job = tmp / "job.py"
     job.write_text(JOB)
     env = {**os.environ, "LOADERTOP_JOBS_DIR": str(tmp / "jobs"), "PYTHONPATH": str(ROOT)}
-    cli = [sys.executable, "-c", "import sys; from loadertop.cli import main; sys.exit(main())", "run"]
+    cli = [sys.executable, "-c", "import sys; from loadertop.faces.cli import main; sys.exit(main())", "run"]
     plain, watched, ratios = [], [], []
     for i in range(args.repeats):
         job_args = [sys.executable, str(job), str(args.seconds), str(args.step_ms)]

@@ -188,7 +188,7 @@ def throughput(spec: str, workers: int, seconds: float) -> tuple[float, float]:
 
 
 def report_text(report: Any, width: int = 100) -> str:
-    from loadertop.headless_stages import print_stages
+    from loadertop.faces.headless_stages import print_stages
 
     os.environ["COLUMNS"] = str(width)
     out = io.StringIO()

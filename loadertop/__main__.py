@@ -1,3 +1,3 @@
-from loadertop.cli import main
+from loadertop.faces.cli import main
 
 raise SystemExit(main())

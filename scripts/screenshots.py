@@ -34,9 +34,9 @@ from textual.pilot import Pilot  # noqa: E402
 
 from loadertop.core.engine import SweepRequest, open_session  # noqa: E402
 from loadertop.core.model.config import Settings  # noqa: E402
-from loadertop.tui.app import LoadertopApp, make_app  # noqa: E402
-from loadertop.tui.attach.app import AttachApp  # noqa: E402
-from loadertop.tui.widgets.stages import StagesScreen  # noqa: E402
+from loadertop.faces.tui.app import LoadertopApp, make_app  # noqa: E402
+from loadertop.faces.tui.attach.app import AttachApp  # noqa: E402
+from loadertop.faces.tui.widgets.stages import StagesScreen  # noqa: E402
 
 SIZES = ((120, 40), (80, 24))
 
@@ -94,7 +94,7 @@ def _slurm(rank: int, port: int) -> dict[str, str]:
 
 async def nodes(settings: Settings, out: Path) -> int:
     """Node 0's TUI at the end of a real two-node sweep (node 1: a headless loadertop in a subprocess)."""
-    from loadertop.cli import build_parser, join_launch, settings_from_args
+    from loadertop.faces.cli import build_parser, join_launch, settings_from_args
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -25,12 +25,12 @@ import pytest
 from live_fakes import FakeJob, at, kill_tree, loader_job
 from test_gpu import CODES, FakeGpu, FakeNvml
 
-from loadertop.cli import main
 from loadertop.core.engine import AttachError, LiveSession, find_jobs, open_session
 from loadertop.core.engine.live.target import dataloader_workers, resolve
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobEpoch, JobSteps, JobWorkers, TuneChose, TuneStep
+from loadertop.faces.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = TrialConfig(num_workers=2, batch_size=32)

@@ -2,7 +2,7 @@
 headless and the TUI print through it. Read from their source, so a new pane that brings its own "not measured"
 glyph or its own average fails here, not in review.
 
-The faces: loadertop/cli.py, loadertop/headless*.py, loadertop/openmetrics.py and everything under loadertop/tui/."""
+The faces: everything under loadertop/faces/ (the CLI, headless, OpenMetrics, the TUI)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 
 from loadertop.core.engine import NONE, build_report
 from loadertop.core.model.results import SweepResult
-from loadertop.headless import Reporter
-from loadertop.headless_attach import snapshot_line
-from loadertop.tui.attach.demo import demo_snapshot
+from loadertop.faces.headless import Reporter
+from loadertop.faces.headless_attach import snapshot_line
+from loadertop.faces.tui.attach.demo import demo_snapshot
 
 pytestmark = pytest.mark.unit
 
@@ -26,9 +26,7 @@ DATA = Path(__file__).parent / "data"
 RESULT = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))
 PREVIOUS = SweepResult.from_dict(json.loads((DATA / "previous_result.json").read_text()))
 PACKAGE = Path(__file__).resolve().parent.parent / "loadertop"
-FACES = sorted(
-    [PACKAGE / "cli.py", PACKAGE / "openmetrics.py", *PACKAGE.glob("headless*.py"), *(PACKAGE / "tui").rglob("*.py")]
-)
+FACES = sorted((PACKAGE / "faces").rglob("*.py"))
 # What a face once wrote for a figure it did not have, instead of NONE.
 PLACEHOLDERS = {"?", "-", "—", "–", "n/a", "N/A", "NA", "none", "None", "null", "nan", "NaN"}
 DASHES = ("—", "–")  # em and en dash: NONE is the engine's; a face that writes either brought its own

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from loadertop import headless_table
 from loadertop.core.engine import HEADERS, build_report
 from loadertop.core.model.results import SweepResult
-from loadertop.headless import Reporter
+from loadertop.faces import headless_table
+from loadertop.faces.headless import Reporter
 
 DATA = Path(__file__).parent / "data"
 RESULT = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))

@@ -79,7 +79,7 @@ def test_core_imports_no_ui_library() -> None:
 
 def test_own_process_and_cli_import_no_torch() -> None:
     """The engine, the machine probes, the model and the CLI: no torch (1.5 s), and the CLI no textual either."""
-    assert forbidden_loads([*OWN_PROCESS, "loadertop.cli"], ["torch", "textual"]) == {}
+    assert forbidden_loads([*OWN_PROCESS, "loadertop.faces.cli"], ["torch", "textual"]) == {}
 
 
 def test_the_probe_names_the_module_to_blame() -> None:
@@ -167,8 +167,8 @@ FILES_AND_DIGESTS = {
     "loadertop/core/engine/report/export.py",
     "loadertop/core/engine/report/runfolder.py",
     "loadertop/core/nodes/join.py",
-    "loadertop/headless_attach.py",
-    "loadertop/tui/attach/app.py",
+    "loadertop/faces/headless_attach.py",
+    "loadertop/faces/tui/attach/app.py",
 }
 
 

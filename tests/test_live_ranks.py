@@ -18,8 +18,8 @@ import pytest
 from live_fakes import kill_tree
 
 from loadertop.core.engine.live import fold_ranks
-from loadertop.headless_attach import rank_lines
-from loadertop.tui.attach.demo import demo_snapshot
+from loadertop.faces.headless_attach import rank_lines
+from loadertop.faces.tui.attach.demo import demo_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 TORCHRUN = Path(sys.executable).with_name("torchrun")
@@ -93,7 +93,7 @@ def test_openmetrics_serves_a_series_per_rank_and_marks_the_slowest() -> None:
     pytest.importorskip("prometheus_client")
     from prometheus_client.parser import text_string_to_metric_families
 
-    from loadertop.openmetrics import MetricsServer
+    from loadertop.faces.openmetrics import MetricsServer
 
     view = fold_ranks(10, [_snap("0", 11, 2.0, 300.0, 0.05), _snap("1", 12, 40.0, 100.0, 0.6)], {})
     server = MetricsServer("127.0.0.1:0")

@@ -16,7 +16,7 @@ from loadertop.core.engine.verdict.memory import TRIAL_LEAK, live_figures, memor
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import ProbeSample, TrialLaunched, TrialStarted, WorkerSample
 from loadertop.core.model.results import MachineInfo, SweepResult, TrialResult
-from loadertop.tui.state import SweepState
+from loadertop.faces.tui.state import SweepState
 
 pytestmark = pytest.mark.unit
 

@@ -16,9 +16,9 @@ from loadertop.core.engine import Sweep, SweepRequest, mb, num, slope
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, ProbeSample
 from loadertop.core.model.results import SweepResult
-from loadertop.headless import Reporter
-from loadertop.tui.app import make_app
-from loadertop.tui.widgets.memory import MemoryPane
+from loadertop.faces.headless import Reporter
+from loadertop.faces.tui.app import make_app
+from loadertop.faces.tui.widgets.memory import MemoryPane
 
 GROWING = f"{Path(__file__).parent / 'data' / 'growing.py'}:build"
 # Enough blocks for a window of ~7 s: USS is read every 2 s, and a ⚠ takes 3 steps up.

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from loadertop.cli import main
 from loadertop.core.engine.nodes.launch import SLURM_PORT_BASE, Launch, detect_launch, first_host
 from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, UsageError
 from loadertop.core.trial.world import global_rank, set_rank_environ
+from loadertop.faces.cli import main
 
 pytestmark = pytest.mark.unit
 

@@ -20,7 +20,7 @@ from loadertop.core.engine.report.export import markdown, write_csv
 from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.model.nodes import NodeInfo
 from loadertop.core.model.results import SweepResult, TrialResult
-from loadertop.headless import Reporter, trial_line
+from loadertop.faces.headless import Reporter, trial_line
 
 pytestmark = pytest.mark.unit
 

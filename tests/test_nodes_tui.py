@@ -11,13 +11,13 @@ from nodes_procs import ARGS, Nodes, assert_nothing_left, pieces
 from tui_fakes import sync, wait_until
 
 import loadertop.core.nodes as nodes_package
-from loadertop.cli import build_parser, settings_from_args
 from loadertop.core.engine import Launch, SweepRequest
 from loadertop.core.engine.nodes import OneNode
 from loadertop.core.model.config import Settings
 from loadertop.core.nodes import StoreLink, join_nodes
-from loadertop.tui.app import make_app
-from loadertop.tui.sweep_api import engine_factory
+from loadertop.faces.cli import build_parser, settings_from_args
+from loadertop.faces.tui.app import make_app
+from loadertop.faces.tui.sweep_api import engine_factory
 
 
 @pytest.fixture

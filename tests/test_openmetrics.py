@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
-from loadertop.cli import main
 from loadertop.core.model.config import UsageError
-from loadertop.openmetrics import MIB, MetricsServer, job_label, parse_address
-from loadertop.tui.attach.demo import demo_snapshot
+from loadertop.faces.cli import main
+from loadertop.faces.openmetrics import MIB, MetricsServer, job_label, parse_address
+from loadertop.faces.tui.attach.demo import demo_snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = "import sys; from loadertop.cli import main; sys.exit(main())"
+CLI = "import sys; from loadertop.faces.cli import main; sys.exit(main())"
 REQUIRED = {
     "loadertop_samples_per_second",
     "loadertop_stall_fraction",

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 
 import loadertop
-from loadertop.cli import build_parser, settings_from_args
 from loadertop.core.engine.drive import api
 from loadertop.core.engine.search.adaptive import make_planner
 from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, UsageError, adaptive_cap, auto_workers, settings_options
+from loadertop.faces.cli import build_parser, settings_from_args
 
 pytestmark = pytest.mark.unit
 

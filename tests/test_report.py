@@ -41,11 +41,11 @@ from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.curves import curve_key
 from loadertop.core.model.events import Event, SweepFinished, SweepStarted, TrialFinished, TrialStarted
 from loadertop.core.model.results import SweepResult
-from loadertop.headless import EXIT_FAILED, Reporter, _export, run_headless
-from loadertop.tui.app import make_app
-from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.results import ResultsTable
+from loadertop.faces.headless import EXIT_FAILED, Reporter, _export, run_headless
+from loadertop.faces.tui.app import make_app
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.widgets.header import HeaderPane
+from loadertop.faces.tui.widgets.results import ResultsTable
 
 DATA = Path(__file__).parent / "data"
 RESULT = SweepResult.from_dict(json.loads((DATA / "recorded_result.json").read_text()))

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = "import sys; from loadertop.cli import main; sys.exit(main())"
+CLI = "import sys; from loadertop.faces.cli import main; sys.exit(main())"
 # loadertop as a terminal starts a foreground job: SIGINT at its default. A test process may have it ignored (a
 # background job of a non-interactive shell does), and `loadertop run` hands the job what it was given, as the shell
 # would have without it: the job would ignore the Ctrl-C this test sends.

@@ -142,7 +142,7 @@ BAD = [
 def _run_all(cases: list[list[str]], tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> list[Run]:
     """Each case through the CLI's main() in this process: its runners are forked from one template (a process
     each would import torch again), its one line and exit code exactly what `loadertop` prints and returns."""
-    from loadertop.cli import main
+    from loadertop.faces.cli import main
 
     results: list[Run] = []
     for args in cases:

@@ -21,7 +21,7 @@ from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.protocol import Finished, decode, encode
 from loadertop.core.model.results import GpuInfo, SweepResult, TrialResult
 from loadertop.core.trial.ranks import aggregate
-from loadertop.headless import Reporter
+from loadertop.faces.headless import Reporter
 
 DATA = Path(__file__).with_name("data")
 SLOW = f"{DATA / 'slow_samples.py'}:build"

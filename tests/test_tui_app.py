@@ -27,13 +27,13 @@ from tui_fakes import (
 from loadertop.core.engine import SweepRequest
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.events import Event
-from loadertop.tui.app import LoadertopApp, make_app
-from loadertop.tui.widgets.gpu import GpuPane
-from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.help import HelpScreen
-from loadertop.tui.widgets.memory import MemoryPane
-from loadertop.tui.widgets.results import ResultsTable
-from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
+from loadertop.faces.tui.app import LoadertopApp, make_app
+from loadertop.faces.tui.widgets.gpu import GpuPane
+from loadertop.faces.tui.widgets.header import HeaderPane
+from loadertop.faces.tui.widgets.help import HelpScreen
+from loadertop.faces.tui.widgets.memory import MemoryPane
+from loadertop.faces.tui.widgets.results import ResultsTable
+from loadertop.faces.tui.widgets.throughput import LivePane, ThroughputChart
 
 SIZE = (120, 40)
 
@@ -509,7 +509,7 @@ async def test_after_the_sweep_the_highlighted_row_fills_the_panes(factory: Fake
 
 @pytest.mark.tui
 def test_run_tui_returns_the_app_exit_code(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import loadertop.tui as tui
+    import loadertop.faces.tui as tui
 
     seen: dict[str, object] = {}
 

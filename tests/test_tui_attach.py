@@ -25,14 +25,14 @@ from loadertop.core.model.config import UsageError
 from loadertop.core.model.jobs import JobInfo
 from loadertop.core.model.live import LiveSnapshot
 from loadertop.core.model.live_protocol import LIVE_PROTOCOL_VERSION, JobHello
-from loadertop.tui import run_attach
-from loadertop.tui.attach.app import PANES_HELP, AttachApp
-from loadertop.tui.attach.chart import LiveThroughputChart
-from loadertop.tui.attach.demo import DEMO_PID, LEAK, FakeSession, demo_snapshot, demo_stream
-from loadertop.tui.attach.picker import PickerScreen
-from loadertop.tui.attach.state import LiveState
-from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
-from loadertop.tui.widgets.help import HelpScreen
+from loadertop.faces.tui import run_attach
+from loadertop.faces.tui.attach.app import PANES_HELP, AttachApp
+from loadertop.faces.tui.attach.chart import LiveThroughputChart
+from loadertop.faces.tui.attach.demo import DEMO_PID, LEAK, FakeSession, demo_snapshot, demo_stream
+from loadertop.faces.tui.attach.picker import PickerScreen
+from loadertop.faces.tui.attach.state import LiveState
+from loadertop.faces.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
+from loadertop.faces.tui.widgets.help import HelpScreen
 
 pytestmark = pytest.mark.tui
 

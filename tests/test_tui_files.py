@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, wait_until
 
-import loadertop.tui as tui
+import loadertop.faces.tui as tui
 from loadertop.core.engine import SweepRequest
 from loadertop.core.model.results import TrialResult
-from loadertop.tui.app import LoadertopApp
-from loadertop.tui.sweep_api import engine_factory
+from loadertop.faces.tui.app import LoadertopApp
+from loadertop.faces.tui.sweep_api import engine_factory
 
 pytestmark = pytest.mark.tui
 
@@ -25,7 +25,7 @@ SIZE = (120, 40)
 
 def drive(monkeypatch: pytest.MonkeyPatch, factory: FakeSweepFactory, until: Callable[[LoadertopApp], bool]) -> None:
     """run_tui with the fake engine; the 'terminal' presses q once `until` holds."""
-    monkeypatch.setattr("loadertop.tui.app.engine_factory", lambda request: factory)
+    monkeypatch.setattr("loadertop.faces.tui.app.engine_factory", lambda request: factory)
 
     async def press_q(app: LoadertopApp) -> None:
         async with app.run_test(size=SIZE) as pilot:

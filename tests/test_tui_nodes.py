@@ -16,8 +16,8 @@ from loadertop.core.engine import SweepRequest, build_report
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, SweepFinished, SweepStarted, TrialFinished
 from loadertop.core.model.results import SweepResult
-from loadertop.tui.app import LoadertopApp, make_app
-from loadertop.tui.widgets.nodes import NodesPane
+from loadertop.faces.tui.app import LoadertopApp, make_app
+from loadertop.faces.tui.widgets.nodes import NodesPane
 
 pytestmark = pytest.mark.tui
 

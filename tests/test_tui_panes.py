@@ -8,11 +8,11 @@ import pytest
 from tui_fakes import SETTINGS, WORKERS, FakeSweepFactory, cell, sync, wait_until
 
 from loadertop.core.engine import SweepRequest, mb, num
-from loadertop.tui.app import make_app
-from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.memory import MemoryPane
-from loadertop.tui.widgets.results import ResultsTable
-from loadertop.tui.widgets.throughput import LivePane
+from loadertop.faces.tui.app import make_app
+from loadertop.faces.tui.widgets.header import HeaderPane
+from loadertop.faces.tui.widgets.memory import MemoryPane
+from loadertop.faces.tui.widgets.results import ResultsTable
+from loadertop.faces.tui.widgets.throughput import LivePane
 
 pytestmark = pytest.mark.tui
 

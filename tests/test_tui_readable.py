@@ -24,11 +24,11 @@ from loadertop.core.engine import SweepRequest, TrialCount
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import Event, Notice, SweepStarted, TrialFinished, TrialLaunched, TrialStarted
 from loadertop.core.model.results import SweepResult
-from loadertop.headless import Reporter
-from loadertop.tui.app import LoadertopApp, make_app
-from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.help import HelpScreen
-from loadertop.tui.widgets.results import POINTER, ResultsTable
+from loadertop.faces.headless import Reporter
+from loadertop.faces.tui.app import LoadertopApp, make_app
+from loadertop.faces.tui.widgets.header import HeaderPane
+from loadertop.faces.tui.widgets.help import HelpScreen
+from loadertop.faces.tui.widgets.results import POINTER, ResultsTable
 
 FIRST = len(WORKERS)  # the first plan: one trial per worker count; the repeats come on top
 OPENING = (  # what the engine says before the first trial (driver.py: ceilings, the dataset, the search's plan)

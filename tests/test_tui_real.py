@@ -11,9 +11,9 @@ from tui_fakes import sync, wait_until
 
 from loadertop.core.engine import SweepRequest
 from loadertop.core.model.config import Settings
-from loadertop.tui.app import make_app
-from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.results import ResultsTable
+from loadertop.faces.tui.app import make_app
+from loadertop.faces.tui.widgets.header import HeaderPane
+from loadertop.faces.tui.widgets.results import ResultsTable
 
 TINY = Settings(workers=(0, 1), trial_seconds=3.0)
 

@@ -16,7 +16,7 @@ from tui_fakes import GPU_MACHINE, NO_GPU_MACHINE, SETTINGS, FakeSweepFactory, w
 
 from loadertop.core.engine import SweepRequest
 from loadertop.core.model.results import MachineInfo
-from loadertop.tui.app import LoadertopApp, make_app
+from loadertop.faces.tui.app import LoadertopApp, make_app
 
 pytestmark = pytest.mark.tui
 

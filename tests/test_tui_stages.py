@@ -15,8 +15,8 @@ from loadertop.core.engine import SweepRequest
 from loadertop.core.engine.verdict.stage_verdict import judge_stages
 from loadertop.core.model.config import DataError, Settings
 from loadertop.core.model.stages import Stage, StagesMeasurement, StagesReport
-from loadertop.tui.app import LoadertopApp, make_app
-from loadertop.tui.widgets.stages import StagesScreen
+from loadertop.faces.tui.app import LoadertopApp, make_app
+from loadertop.faces.tui.widgets.stages import StagesScreen
 
 pytestmark = pytest.mark.tui
 

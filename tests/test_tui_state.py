@@ -10,9 +10,9 @@ from tui_fakes import BLOCKS, SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, ch
 
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.events import ProbeSample, SweepFinished, SweepStarted, TrialFinished, TrialLaunched
-from loadertop.tui import fmt, ranges
-from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.results import status_text
+from loadertop.faces.tui import fmt, ranges
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.widgets.results import status_text
 
 pytestmark = pytest.mark.tui
 

@@ -50,7 +50,7 @@ def test_without_torchdata_the_thread_method_is_one_line_naming_the_extra(monkey
     monkeypatch.delitem(sys.modules, "torchdata.nodes", raising=False)
     with pytest.raises(UsageError) as caught:
         need_nodes()
-    assert str(caught.value) == '--worker-method thread needs torchdata.nodes: pip install "loadertop[nodes]"'
+    assert str(caught.value) == '--worker-method thread needs torchdata.nodes: pip install "loadertop[graph]"'
     build_settings({"worker_method": "process"})  # process workers never need it
 
 
@@ -63,9 +63,9 @@ def refused(start: list[str], *args: str) -> list[str]:
 
 
 def test_the_command_line_exits_2_with_one_line_when_torchdata_is_missing() -> None:
-    code = "import sys; sys.modules['torchdata'] = None; from loadertop.cli import main; sys.exit(main())"
+    code = "import sys; sys.modules['torchdata'] = None; from loadertop.faces.cli import main; sys.exit(main())"
     assert refused(["-c", code], "--workers", "2") == [
-        'loadertop: error: --worker-method thread needs torchdata.nodes: pip install "loadertop[nodes]"'
+        'loadertop: error: --worker-method thread needs torchdata.nodes: pip install "loadertop[graph]"'
     ]
 
 

@@ -40,7 +40,7 @@ from loadertop.core.model.events import (
     WorkerSample,
 )
 from loadertop.core.model.results import GpuInfo, Knee, MachineInfo, Recommendation, SweepResult, TrialResult
-from loadertop.tui.state import SweepState
+from loadertop.faces.tui.state import SweepState
 
 WORKERS = (0, 1, 2, 3, 4, 6, 8)
 SETTINGS = Settings(workers=WORKERS, batch_sizes=(32,), start_methods=("fork",), trial_seconds=8.0)

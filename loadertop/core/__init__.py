@@ -6,6 +6,6 @@
 - `trial/`: the runner process, the trial it forks and that trial's DataLoader workers (imports torch).
 - `datasets/`: loaded in a trial process and its workers: dataset specs, synthetic, image folders.
 
-The faces (`loadertop.cli`, `loadertop.headless`, `loadertop.tui`) use `loadertop.core.engine` and the model only;
+The faces (`loadertop.faces`: the CLI, headless, the TUI) use `loadertop.core.engine` and the model only;
 `pyproject.toml`'s import-linter contracts enforce these rules in CI.
 """

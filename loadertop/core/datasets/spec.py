@@ -111,7 +111,7 @@ def check_loaded(made: Any, what: str) -> Loaded:
         if unknown:
             raise SpecError(f"{what} returned {', '.join(unknown)}, which DataLoader does not take")
         made = made["dataset"]
-    if _is_nodes_graph(made):  # a torchdata.nodes pipeline: its own nodes batch and collate (trial/nodes_graph.py)
+    if _is_graph(made):  # a torchdata.nodes pipeline: its own nodes batch and collate (trial/graph.py)
         if extra:
             raise SpecError(f"{what} returned a torchdata.nodes graph with {', '.join(sorted(extra))}: "
                             "a graph takes no DataLoader arguments; return the graph alone")  # fmt: skip
@@ -129,7 +129,7 @@ def from_loader(loader: Any, what: str) -> Loaded:
         extra = loader_kwargs(loader)
     except Exception as exc:  # a subclass that hides an attribute DataLoader has: one line, not a traceback
         raise SpecError(f"{what} returned a {type(loader).__name__} whose arguments cannot be read: {exc}") from exc
-    if _is_nodes_graph(loader.dataset):
+    if _is_graph(loader.dataset):
         raise SpecError(f"{what} returned a {type(loader).__name__} over a torchdata.nodes graph: return the graph")
     _check_sized(loader.dataset, what)
     return Loaded(loader.dataset, extra, type(loader))
@@ -151,7 +151,7 @@ def _check_sized(made: Any, what: str) -> None:
             raise SpecError(f"{what} returned an empty dataset (len 0)")
 
 
-def _is_nodes_graph(made: Any) -> bool:
+def _is_graph(made: Any) -> bool:
     """A torchdata.nodes BaseNode or Loader. Such an object means its module is loaded: nothing else imports it."""
     if "torchdata.nodes" not in sys.modules:
         return False

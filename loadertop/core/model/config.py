@@ -78,7 +78,7 @@ Kind = Literal[
 class Option:
     """How a user sets one Settings field: the one place its flag, help and checks are declared.
 
-    The command line is built from these (loadertop.cli) and `loadertop.sweep(**options)` takes the same keys;
+    The command line is built from these (loadertop.faces.cli) and `loadertop.sweep(**options)` takes the same keys;
     both hand the user's values to one builder (loadertop.core.engine.build_settings), which reads each value by
     its `kind`: a string from the command line or a Python value from the API."""
 
@@ -139,10 +139,10 @@ class Settings:
         "--worker-threads", "intra-op threads per worker, torch.set_num_threads(n) in worker_init_fn, e.g. 1,2,4 "
         "(default: torch's own in workers, 1)", "ints", metavar="LIST", low=1))
     # Empty: not given, which is not the same as "process": the DataLoader's workers are processes then, but a
-    # torchdata.nodes graph's mappers keep the method they were built with (trial/nodes_graph.py rebuild).
+    # torchdata.nodes graph's mappers keep the method they were built with (trial/graph.py rebuild).
     worker_methods: tuple[str, ...] = field(default=(), metadata=option(
         "--worker-method", "process,thread: the DataLoader's worker processes (default) or torchdata.nodes thread "
-        "workers (pip install \"loadertop[nodes]\"); a torchdata.nodes graph's mappers keep their own unless given",
+        "workers (pip install \"loadertop[graph]\"); a torchdata.nodes graph's mappers keep their own unless given",
         "words", key="worker_method", metavar="LIST", choices=WORKER_METHODS))
     step_ms: float = field(default=0.0, metadata=option(
         "--step-ms", "emulated training step per batch (CUDA: copy + kernel; CPU: sleep)", "number", metavar="MS",

@@ -64,7 +64,7 @@ def _cached_batch(loaded: Loaded, batch_size: int, pin: bool) -> Any:
     """One batch to step on: a 0-worker loader's (the factory's class), or a torchdata.nodes graph's own first item."""
     from torch.utils.data import DataLoader
 
-    from loadertop.core.trial.nodes_graph import first_item, is_graph
+    from loadertop.core.trial.graph import first_item, is_graph
 
     if is_graph(loaded.dataset):
         return first_item(loaded.dataset)

@@ -17,7 +17,7 @@ from loadertop.core.datasets.fixes import FIRST_BATCH_FAILS, bad_data
 from loadertop.core.model.arg_text import loader_arg_texts
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest, Emit
-from loadertop.core.trial.nodes_graph import is_graph
+from loadertop.core.trial.graph import is_graph
 from loadertop.core.trial.preflight import Pickled, measure_pickle, measure_start, tensor_bytes, unpicklable_path
 from loadertop.core.trial.shared import loaded_for, shared
 
@@ -85,7 +85,7 @@ def check_graph(graph: Any, settings: Settings, built_s: float) -> Checked:
     """A torchdata.nodes graph: the knobs a graph fixes or has no place for are refused, and one item goes through
     the graph as built (this process is forked: the runner's graph stays unstarted)."""
     from loadertop.core.trial.crashes import describe as describe_error
-    from loadertop.core.trial.nodes_graph import describe, first_item, summary
+    from loadertop.core.trial.graph import describe, first_item, summary
 
     if len(settings.batch_sizes) > 1:
         raise SpecError("the torchdata.nodes graph fixes the batch size (its Batcher), so --batch-size cannot be swept")
@@ -191,7 +191,7 @@ def check_first_batch(
 def check_threads(settings: Settings, extra: dict[str, Any], iterable: bool, loader: str = "DataLoader") -> None:
     """--worker-method thread: map-style datasets only, and no factory argument the thread chain cannot honour; a
     factory's own loader class (a StatefulDataLoader) is not what the thread chain measures."""
-    from loadertop.core.trial.nodes_loader import HONOURED
+    from loadertop.core.trial.graph_loader import HONOURED
 
     if "thread" not in settings.worker_methods:
         return

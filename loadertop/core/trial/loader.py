@@ -72,7 +72,7 @@ def build_loader(settings: Settings, config: TrialConfig, rank: int = 0, world: 
 
     loaded = loaded_for(settings)  # the runner's build, inherited, unless each trial builds its own
     dataset, extra = loaded.dataset, loaded.extra
-    from loadertop.core.trial.nodes_graph import is_graph
+    from loadertop.core.trial.graph import is_graph
 
     if is_graph(dataset):  # a torchdata.nodes pipeline: rebuilt with this trial's knobs; its epoch ends by itself
         return _graph_loader(dataset, config, bool(settings.worker_methods))
@@ -118,10 +118,10 @@ def _threads(
     where: tuple[int, int],
     extra: dict[str, Any],
 ) -> Built:
-    """Thread workers (trial/nodes_loader.py): map-style datasets only, the same sampler and EpochControl."""
+    """Thread workers (trial/graph_loader.py): map-style datasets only, the same sampler and EpochControl."""
     from torch.utils.data import IterableDataset
 
-    from loadertop.core.trial.nodes_loader import build_thread_loader
+    from loadertop.core.trial.graph_loader import build_thread_loader
 
     if isinstance(dataset, IterableDataset):
         raise SpecError("thread workers take map-style datasets only; use --worker-method process here")
@@ -160,7 +160,7 @@ def _graph_loader(graph: Any, config: TrialConfig, method: bool) -> Built:
     --worker-method was given, so the mappers take the config's."""
     from torchdata.nodes import Loader
 
-    from loadertop.core.trial.nodes_graph import rebuild
+    from loadertop.core.trial.graph import rebuild
 
     root = rebuild(graph, config, method)
     loader = root if isinstance(root, Loader) else Loader(root)

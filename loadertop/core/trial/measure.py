@@ -427,7 +427,7 @@ def _length(loader: Any) -> int:
 def _worker_pids(it: Any) -> list[int]:
     # Private, but stable since torch 1.x; without it we would have to guess workers from children.
     if hasattr(it, "root") and not hasattr(it, "_workers"):  # a torchdata.nodes Loader's iterator
-        from loadertop.core.trial.nodes_graph import worker_pids
+        from loadertop.core.trial.graph import worker_pids
 
         return worker_pids(it.root)
     return [w.pid for w in getattr(it, "_workers", []) if w.pid is not None]

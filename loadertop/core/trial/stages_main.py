@@ -33,7 +33,7 @@ from loadertop.core.model.stages_protocol import (
     encode,
 )
 from loadertop.core.trial import stage_boundary, stage_split
-from loadertop.core.trial.nodes_graph import is_graph
+from loadertop.core.trial.graph import is_graph
 from loadertop.core.trial.procs import DieWithParent, die_with_parent
 from loadertop.core.trial.stage_hooks import find_hooks
 from loadertop.core.trial.stage_profile import split_profile

@@ -64,7 +64,7 @@ def need_nodes() -> None:
     except (ImportError, ValueError):  # torchdata itself missing (or None in sys.modules)
         found = False
     if not found:
-        raise UsageError('--worker-method thread needs torchdata.nodes: pip install "loadertop[nodes]"')
+        raise UsageError('--worker-method thread needs torchdata.nodes: pip install "loadertop[graph]"')
 
 
 def read(opt: Option, value: Any) -> Any:

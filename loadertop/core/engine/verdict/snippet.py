@@ -78,7 +78,7 @@ def snippet(
 
 
 def nodes_snippet(config: TrialConfig, user: UserArgs) -> str:
-    """Thread workers: the torchdata.nodes chain loadertop measured (trial/nodes_loader.py), as one expression
+    """Thread workers: the torchdata.nodes chain loadertop measured (trial/graph_loader.py), as one expression
     (`from torchdata import nodes`). The user's sampler, collate_fn and drop_last are kept as they wrote them."""
     given = dict(user.args)
     shuffled = given.get("shuffle", "False") not in ("False", "0")
@@ -140,7 +140,7 @@ def graph_snippet(graph: Sequence[str], config: TrialConfig, default_start_metho
 def _mapper_args(args: dict[str, str], config: TrialConfig, default_start_method: str, swept: bool) -> list[str]:
     """A swept ParallelMapper's arguments at the measured values; the user's others (max_concurrent, prebatch)
     kept, max_concurrent held under num_workers as torchdata requires."""
-    # The measured method when swept, else the graph's own, as the trial rebuilt it (trial/nodes_graph.py _mapper)
+    # The measured method when swept, else the graph's own, as the trial rebuilt it (trial/graph.py _mapper)
     method = config.worker_method if swept else args.get("method", '"thread"').strip('"')
     out = [f"num_workers={config.num_workers}"]
     if not config.in_order:

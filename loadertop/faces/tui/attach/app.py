@@ -23,14 +23,14 @@ from textual.message import Message
 from textual.widgets import Footer, Static
 
 from loadertop.core.model.live import LiveSnapshot
-from loadertop.tui import layout
-from loadertop.tui.attach.chart import LiveThroughputChart
-from loadertop.tui.attach.picker import JobLister, PickerScreen
-from loadertop.tui.attach.state import LiveState, SessionInfo
-from loadertop.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
-from loadertop.tui.noting import NotingApp
-from loadertop.tui.widgets.help import HelpScreen
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui import layout
+from loadertop.faces.tui.attach.chart import LiveThroughputChart
+from loadertop.faces.tui.attach.picker import JobLister, PickerScreen
+from loadertop.faces.tui.attach.state import LiveState, SessionInfo
+from loadertop.faces.tui.attach.widgets import AttachHeader, GpuLivePane, MessagesPane, RanksPane, WorkersPane
+from loadertop.faces.tui.noting import NotingApp
+from loadertop.faces.tui.widgets.help import HelpScreen
+from loadertop.faces.tui.widgets.pane import Pane
 
 TUI_DIR = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""A torchdata.nodes pipeline as a dataset factory (tests/test_nodes_graph.py): a sampler over a map-style dataset,
+"""A torchdata.nodes pipeline as a dataset factory (tests/test_graph.py): a sampler over a map-style dataset,
 a ParallelMapper of thread workers that loads samples, a Batcher, an inline Mapper that collates, a Prefetcher."""
 
 from __future__ import annotations

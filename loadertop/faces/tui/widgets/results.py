@@ -15,7 +15,7 @@ from textual.widgets import DataTable
 
 from loadertop.core.engine import Report, ReportRow, config_cells, ordered
 from loadertop.core.model.config import TrialConfig
-from loadertop.tui.state import Row, SweepState
+from loadertop.faces.tui.state import Row, SweepState
 
 RERUN_ROW_HELP = "rerun the highlighted configuration with more repeats (tighter spread)"
 

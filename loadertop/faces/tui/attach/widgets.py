@@ -8,9 +8,9 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.core.engine import clock, mb, num, pct, percent, rate, slope, utilization
-from loadertop.tui import fmt
-from loadertop.tui.attach.state import LiveState, WorkerTrace
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui import fmt
+from loadertop.faces.tui.attach.state import LiveState, WorkerTrace
+from loadertop.faces.tui.widgets.pane import Pane
 
 WATCH_HINT = "for batch in loadertop.watch(loader):"
 SPARK_MIN = 8  # cells of a worker's USS sparkline before the numbers beside it give way

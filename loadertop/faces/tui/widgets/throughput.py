@@ -12,9 +12,9 @@ from textual_plotext import PlotextPlot
 from loadertop.core.engine import ReportRow, build_report, pct, rate, seconds
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import family_key
-from loadertop.tui import fmt
-from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui import fmt
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.widgets.pane import Pane
 
 
 class LivePane(Pane[SweepState]):

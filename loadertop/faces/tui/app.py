@@ -29,20 +29,20 @@ from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.events import Notice, ProbeSample, SweepFinished, SweepStarted, TrialProgress
 from loadertop.core.model.results import SweepResult
 from loadertop.core.model.stages import StagesReport
-from loadertop.tui import layout, outputs, ranges
-from loadertop.tui.messages import SweepCrashed, SweepEnded, SweepEvent
-from loadertop.tui.noting import NotingApp
-from loadertop.tui.state import SweepState
-from loadertop.tui.sweep_api import SweepFactory, SweepLike, engine_factory
-from loadertop.tui.widgets.gpu import GpuPane
-from loadertop.tui.widgets.header import HeaderPane
-from loadertop.tui.widgets.help import PANES_SHORT, HelpScreen
-from loadertop.tui.widgets.memory import MemoryPane
-from loadertop.tui.widgets.nodes import NodesPane
-from loadertop.tui.widgets.pane import Pane
-from loadertop.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
-from loadertop.tui.widgets.stages import StagesScreen
-from loadertop.tui.widgets.throughput import LivePane, ThroughputChart
+from loadertop.faces.tui import layout, outputs, ranges
+from loadertop.faces.tui.messages import SweepCrashed, SweepEnded, SweepEvent
+from loadertop.faces.tui.noting import NotingApp
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.sweep_api import SweepFactory, SweepLike, engine_factory
+from loadertop.faces.tui.widgets.gpu import GpuPane
+from loadertop.faces.tui.widgets.header import HeaderPane
+from loadertop.faces.tui.widgets.help import PANES_SHORT, HelpScreen
+from loadertop.faces.tui.widgets.memory import MemoryPane
+from loadertop.faces.tui.widgets.nodes import NodesPane
+from loadertop.faces.tui.widgets.pane import Pane
+from loadertop.faces.tui.widgets.results import RERUN_ROW_HELP, ResultsTable
+from loadertop.faces.tui.widgets.stages import StagesScreen
+from loadertop.faces.tui.widgets.throughput import LivePane, ThroughputChart
 
 if TYPE_CHECKING:
     from loadertop.core.engine import SweepRequest

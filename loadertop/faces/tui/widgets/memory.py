@@ -9,10 +9,10 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.core.engine import mb, slope
-from loadertop.tui import fmt
-from loadertop.tui.state import SweepState
-from loadertop.tui.trace import WorkerMemory
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui import fmt
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.trace import WorkerMemory
+from loadertop.faces.tui.widgets.pane import Pane
 
 
 class MemoryPane(Pane[SweepState]):

@@ -44,7 +44,7 @@ from loadertop.core.model.events import (
     TrialProgress,
 )
 from loadertop.core.model.results import SweepResult, TrialResult
-from loadertop.headless_table import layout, output_width
+from loadertop.faces.headless_table import layout, output_width
 
 EXIT_FAILED = 1
 EXIT_NONE_FINISHED = 2  # as bad input: every configuration failed, so no answer

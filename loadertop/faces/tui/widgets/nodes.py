@@ -11,8 +11,8 @@ from textual.content import Content
 from textual.dom import NoScreen
 
 from loadertop.core.engine import Report, ReportRow
-from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.widgets.pane import Pane
 
 NARROW = ("node", "host", "samples/s", "per rank", "behind", "stall", "p99", "pss", "status")  # fits 80 columns
 LEFT = ("node", "host", "status")

@@ -20,7 +20,7 @@ from textual.widgets import Static
 
 from loadertop.core.model.config import UsageError
 from loadertop.core.model.stages import StagesReport
-from loadertop.headless_stages import render
+from loadertop.faces.headless_stages import render
 
 Measure = Callable[[], StagesReport]
 

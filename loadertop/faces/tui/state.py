@@ -24,7 +24,7 @@ from loadertop.core.model.events import (
     TrialStarted,
 )
 from loadertop.core.model.results import Knee, MachineInfo, Recommendation, SweepResult, TrialResult
-from loadertop.tui.trace import TrialTrace, push
+from loadertop.faces.tui.trace import TrialTrace, push
 
 PANES = ("header", "gpu", "memory", "live", "chart", "table")
 TRIAL_PANES = frozenset({"header", "gpu", "memory", "live"})  # what a running trial's samples change

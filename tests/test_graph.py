@@ -1,5 +1,5 @@
 """A torchdata.nodes pipeline as the dataset: the graph walked and rebuilt per trial, the check's refusals,
-the snippet of constructor lines, and a real headless sweep of tests/nodes_pipeline.py."""
+the snippet of constructor lines, and a real headless sweep of tests/graph_pipeline.py."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from loadertop.core.datasets.errors import SpecError
 from loadertop.core.datasets.spec import check_dataset
 from loadertop.core.engine.verdict.snippet import graph_snippet, parse_node
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.trial.nodes_graph import (
+from loadertop.core.trial.graph import (
     chain,
     child_of,
     describe,
@@ -40,11 +40,11 @@ from loadertop.core.trial.nodes_graph import (
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE))
-from nodes_pipeline import Squares  # noqa: E402
+from graph_pipeline import Squares  # noqa: E402
 
 
 def pipeline(length: int = 256, workers: int = 2, **mapper: Any) -> Prefetcher:
-    """tests/nodes_pipeline.py's shape, over a short dataset, in order (a SequentialSampler)."""
+    """tests/graph_pipeline.py's shape, over a short dataset, in order (a SequentialSampler)."""
     dataset = Squares(length)
     node: Any = SamplerWrapper(SequentialSampler(dataset))
     node = ParallelMapper(node, dataset.__getitem__, num_workers=workers, method="thread", **mapper)
@@ -136,10 +136,10 @@ def test_a_factory_may_return_a_graph_or_a_loader_but_no_loader_arguments_beside
 
 
 @pytest.mark.unit
-def test_build_loader_gives_a_nodes_loader_whose_epoch_ends_by_itself() -> None:
+def test_build_loader_gives_a_graph_loader_whose_epoch_ends_by_itself() -> None:
     from loadertop.core.trial.loader import build_loader
 
-    settings = Settings(dataset=f"{HERE / 'nodes_pipeline.py'}:factory", workers=(0,))
+    settings = Settings(dataset=f"{HERE / 'graph_pipeline.py'}:factory", workers=(0,))
     built = build_loader(settings, TrialConfig(0, 32))
     assert isinstance(built.loader, Loader) and built.iterable and built.control is None and not built.extra_keys
     assert describe(built.loader) == ('ParallelMapper(num_workers=0, in_order=True, method="thread")',
@@ -168,11 +168,11 @@ def test_the_snippet_is_the_swept_nodes_constructors_at_the_chosen_values() -> N
 
 def run_headless(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "loadertop", "--headless", "--out", str(tmp_path / "runs"),
-           "--dataset", str(HERE / "nodes_pipeline.py") + ":factory", *args]  # fmt: skip
+           "--dataset", str(HERE / "graph_pipeline.py") + ":factory", *args]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
 
 
-def test_a_nodes_pipeline_is_swept_and_its_snippet_names_the_chosen_values(tmp_path: Path) -> None:
+def test_a_graph_pipeline_is_swept_and_its_snippet_names_the_chosen_values(tmp_path: Path) -> None:
     out = run_headless(tmp_path, "--workers", "0,2", "--trial-seconds", "1", "--json", str(tmp_path / "out.json"))
     assert out.returncode == 0, out.stderr
     result = json.loads((tmp_path / "out.json").read_text())
@@ -225,7 +225,7 @@ def test_the_check_refuses_what_a_graph_fixes_or_has_no_place_for_and_describes_
     for words, settings in refused.items():
         with pytest.raises(SpecError, match=words):
             check_graph(graph, settings, 0.0)
-    checked = check_graph(graph, Settings(dataset="tests/nodes_pipeline.py:factory"), 0.0)
+    checked = check_graph(graph, Settings(dataset="tests/graph_pipeline.py:factory"), 0.0)
     assert checked.ok and checked.iterable and checked.length is None and checked.graph == describe(graph)
     assert checked.summary.startswith("torchdata.nodes graph SamplerWrapper") and "method swept" not in checked.summary
     # --worker-method applies to a graph: its mappers' method is swept
@@ -256,7 +256,7 @@ def test_with_worker_method_given_the_rebuild_takes_the_configs_method() -> None
 def test_build_loader_passes_the_method_only_when_the_axis_is_given() -> None:
     from loadertop.core.trial.loader import build_loader
 
-    spec = f"{HERE / 'nodes_pipeline.py'}:factory"
+    spec = f"{HERE / 'graph_pipeline.py'}:factory"
     config = TrialConfig(2, 32, 2, start_method="fork")  # worker_method "process", constructed, never started
     given = build_loader(Settings(dataset=spec, worker_methods=("process", "thread")), config)
     assert describe(given.loader)[0] == (

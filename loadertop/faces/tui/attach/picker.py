@@ -18,7 +18,7 @@ from textual.widgets.option_list import Option
 
 from loadertop.core.engine import clock
 from loadertop.core.model.jobs import JobInfo
-from loadertop.tui.attach.widgets import WATCH_HINT
+from loadertop.faces.tui.attach.widgets import WATCH_HINT
 
 JobLister = Callable[[], list[JobInfo]]
 

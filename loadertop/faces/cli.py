@@ -18,7 +18,7 @@ from loadertop.core.model.results import SweepResult, TrialResult
 
 if TYPE_CHECKING:
     from loadertop.core.engine import NodeLink
-    from loadertop.openmetrics import MetricsServer
+    from loadertop.faces.openmetrics import MetricsServer
 
 EXIT_USAGE = 2
 EXIT_BUG = 1
@@ -195,10 +195,10 @@ def attach_main(argv: list[str]) -> int:
         metrics = open_metrics(args.openmetrics)
         try:
             if args.headless or not (sys.stdout.isatty() and sys.stdin.isatty()):
-                from loadertop.headless_attach import run_attach_headless
+                from loadertop.faces.headless_attach import run_attach_headless
 
                 return run_attach_headless(target, interval=args.interval, json_path=args.json, metrics=metrics)
-            from loadertop.tui import run_attach
+            from loadertop.faces.tui import run_attach
 
             return run_attach(target, interval=args.interval, json_path=args.json, metrics=metrics)
         finally:
@@ -212,7 +212,7 @@ def open_metrics(address: str | None) -> MetricsServer | None:
     """--openmetrics: the server, listening (UsageError when prometheus-client is missing or the port busy)."""
     if address is None:
         return None
-    from loadertop.openmetrics import MetricsServer
+    from loadertop.faces.openmetrics import MetricsServer
 
     server = MetricsServer(address)
     print(f"loadertop: OpenMetrics on {server.url}", file=sys.stderr)
@@ -268,11 +268,11 @@ def run_main(argv: list[str]) -> int:
         metrics = open_metrics(args.openmetrics)
         try:
             if headless:
-                from loadertop.headless_attach import run_job_headless
+                from loadertop.faces.headless_attach import run_job_headless
 
                 return run_job_headless(command, interval=args.interval, json_path=args.json, tune_s=args.tune,
                                         metrics=metrics)  # fmt: skip
-            from loadertop.tui import run_job
+            from loadertop.faces.tui import run_job
 
             return run_job(command, interval=args.interval, json_path=args.json, tune_s=args.tune, metrics=metrics)
         finally:
@@ -325,7 +325,7 @@ def stages_main(argv: list[str]) -> int:
               f"(0 workers, one process) ...", file=sys.stderr)  # fmt: skip
         report = stages(args.dataset, dataset_args=args.dataset_args, seconds=args.seconds, samples=args.samples,
                         batch_size=args.batch_size, timeout=args.timeout)  # fmt: skip
-        from loadertop.headless_stages import print_stages
+        from loadertop.faces.headless_stages import print_stages
 
         print_stages(report, sys.stdout)
         if args.json is not None:
@@ -425,9 +425,9 @@ def run_face(
     request = SweepRequest(settings, out_dir=args.out, previous=previous, resume=tuple(kept), json_path=args.json,
                            csv_path=args.csv, nodes=link)  # fmt: skip
     if headless:
-        from loadertop.headless import run_headless
+        from loadertop.faces.headless import run_headless
 
         return run_headless(request)
-    from loadertop.tui import run_tui
+    from loadertop.faces.tui import run_tui
 
     return run_tui(request)

@@ -28,7 +28,7 @@ from loadertop.core.engine import (
 from loadertop.core.model.live import JobRanks, LiveSnapshot
 
 if TYPE_CHECKING:
-    from loadertop.openmetrics import MetricsServer
+    from loadertop.faces.openmetrics import MetricsServer
 
 EXIT_INTERRUPTED = 130
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from textual_plotext import PlotextPlot
 
 from loadertop.core.engine import pct, rate
-from loadertop.tui.attach.state import LiveState
+from loadertop.faces.tui.attach.state import LiveState
 
 
 class LiveThroughputChart(PlotextPlot):

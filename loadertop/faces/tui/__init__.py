@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
     from loadertop.core.engine import SweepRequest
-    from loadertop.openmetrics import MetricsServer
+    from loadertop.faces.openmetrics import MetricsServer
 
 
 def run_tui(request: SweepRequest, *, theme: str | None = None, err: TextIO | None = None) -> int:
@@ -18,7 +18,7 @@ def run_tui(request: SweepRequest, *, theme: str | None = None, err: TextIO | No
     --json or --csv could not be written (after the app exits, one line per file on stderr, as headless).
 
     `theme="light"` (or LOADERTOP_THEME=light) starts in the light theme; `t` switches at any time."""
-    from loadertop.tui.app import make_app
+    from loadertop.faces.tui.app import make_app
 
     app = make_app(request, theme=theme)
     app.run()
@@ -52,7 +52,7 @@ def run_attach(
     # Imported here: the engine's attach side is only needed when attaching (and the faces contract allows
     # loadertop.core.engine alone).
     from loadertop.core.engine import AttachError, find_jobs, open_session
-    from loadertop.tui.attach.app import AttachApp
+    from loadertop.faces.tui.attach.app import AttachApp
 
     err = err if err is not None else sys.stderr
     session = None
@@ -106,7 +106,7 @@ def run_job(
     import tempfile
 
     from loadertop.core.engine import hold_signals, start_job
-    from loadertop.headless_attach import NOTHING_WATCHED, run_summary
+    from loadertop.faces.headless_attach import NOTHING_WATCHED, run_summary
 
     err = err if err is not None else sys.stderr
     log = Path(tempfile.gettempdir()) / f"loadertop-run-{os.getpid()}.log"

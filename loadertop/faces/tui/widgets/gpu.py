@@ -6,9 +6,9 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.core.engine import utilization
-from loadertop.tui import fmt
-from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui import fmt
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.widgets.pane import Pane
 
 
 class GpuPane(Pane[SweepState]):

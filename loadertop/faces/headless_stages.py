@@ -14,7 +14,7 @@ from rich.text import Text
 
 from loadertop.core.engine import NONE, mb, num, pct, rate, seconds
 from loadertop.core.model.stages import StageRow, StagesReport
-from loadertop.headless_table import output_width
+from loadertop.faces.headless_table import output_width
 
 BAR = 10  # cells of a share bar
 IF_FREE = 3  # the stages whose "were it free" ceiling is listed: the largest by CPU

@@ -6,9 +6,9 @@ from textual.content import Content
 
 from loadertop.core.engine import clock, mb, rate
 from loadertop.core.model.results import MachineInfo
-from loadertop.tui import fmt
-from loadertop.tui.state import SweepState
-from loadertop.tui.widgets.pane import Pane
+from loadertop.faces.tui import fmt
+from loadertop.faces.tui.state import SweepState
+from loadertop.faces.tui.widgets.pane import Pane
 
 
 class HeaderPane(Pane[SweepState]):
