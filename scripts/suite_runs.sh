@@ -21,7 +21,8 @@ for i in $(seq 1 $((quiet + hogged))); do
         for _ in 1 2; do python3 -c "while True: pass" & hogs+=($!); done
     fi
     started=$(date +%H:%M:%S)
-    summary=$(python -m pytest -q -p no:cacheprovider 2>&1 | grep -E "^FAILED|^ERROR|[0-9]+ (passed|failed)" | tr '\n' ' ')
+    python -m pytest -q -p no:cacheprovider >"$log.$i.txt" 2>&1  # whole, for the failures' details
+    summary=$(grep -E "^FAILED|^ERROR|[0-9]+ (passed|failed)" "$log.$i.txt" | tr '\n' ' ')
     [ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null
     echo "run $i $started $([ ${#hogs[@]} -gt 0 ] && echo hog || echo quiet): $summary" >>"$log"
 done

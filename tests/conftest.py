@@ -37,13 +37,20 @@ def jobs_root(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.fixture
 def no_leftovers() -> Iterator[None]:
     """Fail the test if it leaves any child process of the test process behind."""
-    from procs import own_children
+    from procs import alive, own_children
 
     before = {p.pid for p in own_children()}
     yield
     psutil.wait_procs([p for p in own_children() if p.pid not in before], timeout=3)
-    left = [p for p in own_children() if p.pid not in before and p.status() != psutil.STATUS_ZOMBIE]
-    assert not left, f"processes left behind: {[(p.pid, p.name()) for p in left]}"
+    left = [p.pid for p in own_children() if p.pid not in before and alive(p.pid)]  # one may end while read
+    assert not left, f"processes left behind: {[(pid, name_of(pid)) for pid in left]}"
+
+
+def name_of(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline()) or psutil.Process(pid).name()
+    except psutil.Error:
+        return "(gone)"
 
 
 class StartedAProcess(RuntimeError):
