@@ -91,21 +91,27 @@ def command_of(process: psutil.Process) -> str:
         return ""
 
 
-def test_ctrl_c_stops_it_and_leaves_no_process(no_leftovers: None) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_or_sigterm_stops_it_and_leaves_no_process(signum: int, code: int, no_leftovers: None) -> None:
+    """Whatever the shell gave it: a test process, like a background job, may have SIGINT ignored."""
     cli = subprocess.Popen([sys.executable, "-m", "loadertop", "stages", "--dataset", f"{DATA}:slow_samples",
                             "--seconds", "60", "--samples", "100000"], stdout=subprocess.DEVNULL,
                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)  # fmt: skip
-    deadline, child = time.monotonic() + 60, None
-    while child is None and time.monotonic() < deadline:
-        kids = psutil.Process(cli.pid).children(recursive=True)
-        child = next((p for p in kids if "stages_main" in command_of(p)), None)
-        time.sleep(0.2)
-    assert child is not None
-    time.sleep(3)  # measuring by now (torch imported, the dataset built)
-    cli.send_signal(signal.SIGINT)
-    assert cli.wait(30) == 130, cli.stderr.read().decode()[-2000:] if cli.stderr else ""
-    psutil.wait_procs([child], timeout=5)
-    assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    try:
+        deadline, child = time.monotonic() + 60, None
+        while child is None and time.monotonic() < deadline:
+            kids = psutil.Process(cli.pid).children(recursive=True)
+            child = next((p for p in kids if "stages_main" in command_of(p)), None)
+            time.sleep(0.2)
+        assert child is not None
+        time.sleep(3)  # measuring by now (torch imported, the dataset built)
+        cli.send_signal(signum)
+        assert cli.wait(30) == code, cli.stderr.read().decode()[-2000:] if cli.stderr else ""
+        psutil.wait_procs([child], timeout=5)
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+    finally:
+        cli.kill()
+        cli.wait()
 
 
 # -- fixed figures ------------------------------------------------------------------------------------------------

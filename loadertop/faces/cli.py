@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -323,8 +324,11 @@ def stages_main(argv: list[str]) -> int:
             raise UsageError(f"--seconds {args.seconds:g}: must be more than 0")
         print(f"loadertop stages: measuring {args.dataset or 'synthetic'} for about {args.seconds:g} s "
               f"(0 workers, one process) ...", file=sys.stderr)  # fmt: skip
-        report = stages(args.dataset, dataset_args=args.dataset_args, seconds=args.seconds, samples=args.samples,
-                        batch_size=args.batch_size, timeout=args.timeout)  # fmt: skip
+        with Stopped() as stopped:  # the child is killed on the way out, whichever signal ends it
+            report = stages(args.dataset, dataset_args=args.dataset_args, seconds=args.seconds,
+                            samples=args.samples, batch_size=args.batch_size, timeout=args.timeout)  # fmt: skip
+        if stopped.signum is not None:
+            return 130 if stopped.signum == signal.SIGINT else 128 + stopped.signum
         from loadertop.faces.headless_stages import print_stages
 
         print_stages(report, sys.stdout)
@@ -333,6 +337,34 @@ def stages_main(argv: list[str]) -> int:
         return 0
 
     return one_line_errors("loadertop stages", args.debug, run)
+
+
+class Stopped:
+    """Ctrl-C, SIGTERM and SIGHUP end the block as an exception would (its `finally` runs: a child is killed) and are
+    kept in `signum`. Set whatever the shell gave: a job started in the background inherits SIGINT ignored."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+        self._before: dict[int, Any] = {}
+
+    def _stop(self, signum: int, _frame: object) -> None:
+        self.signum = signum
+        raise _Stop
+
+    def __enter__(self) -> Stopped:
+        self._before = {sig: signal.signal(sig, self._stop) for sig in self.SIGNALS}
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_rest: object) -> bool:
+        for sig, handler in self._before.items():
+            signal.signal(sig, handler)
+        return kind is _Stop
+
+
+class _Stop(BaseException):
+    """Raised by Stopped's handler; caught by Stopped itself."""
 
 
 def one_line_errors(prog: str, debug: bool, run: Callable[[], int]) -> int:
