@@ -8,13 +8,14 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
+from test_stages import measurement
 from textual.widgets import Static
 from tui_fakes import SETTINGS, FakeSweepFactory, sync, wait_until
 
 from loadertop.core.engine import SweepRequest
 from loadertop.core.engine.verdict.stage_verdict import judge_stages
 from loadertop.core.model.config import DataError, Settings
-from loadertop.core.model.stages import Stage, StagesMeasurement, StagesReport
+from loadertop.core.model.stages import StagesReport
 from loadertop.faces.tui.app import LoadertopApp, make_app
 from loadertop.faces.tui.widgets.stages import StagesScreen
 
@@ -22,25 +23,9 @@ pytestmark = pytest.mark.tui
 
 
 def report() -> StagesReport:
-    """An image pipeline on 2 CPUs: decode 2 ms of the 4.2 ms a sample takes, float32 batches crossing to the main
-    process, no GPU."""
-    stages = (
-        Stage("read+decode (PIL.Image.open/convert)", "read+decode", "sample", 0.002, 0.002),
-        Stage("RandomResizedCrop", "transform", "sample", 0.001, 0.001),
-        Stage("Normalize", "transform", "sample", 0.0005, 0.0005),
-        Stage("collate", "collate", "sample", 0.0005, 0.0005),
-        Stage("transfer: worker side", "transfer", "handoff", 0.0005, 0.0005),
-        Stage("transfer: main side", "transfer", "main", 0.0001, 0.0001),
-        Stage("pin_memory", "pin_memory", "main", None, None, "no GPU"),
-    )
-    measured = StagesMeasurement(
-        spec="images.py:build", dataset="ImageFolder", length=1000, iterable=False, batch_size=32, samples=300,
-        elapsed_s=5.0, sample_wall_s=0.0035, sample_cpu_s=0.0035, loader_wall_s=0.0042, loader_cpu_s=0.0042,
-        stages=stages, libraries=(), hooks_overhead=0.01, profile_overhead=0.2, batch_bytes=19267840,
-        tensors=("float32 32×3×224×224", "int64 32"), float_image_bytes=19267584, decoded_bytes=400_000.0,
-        first_sample_s=0.05, worker_first_batch_s=0.5, main_first_batch_s=0.15, lazy_imports=(), cuda=False,
-    )  # fmt: skip
-    return judge_stages(measured, cpus=2, mem_available_mb=16000.0)
+    """test_stages.py's image pipeline on 2 CPUs: decode 2 ms of the 4.2 ms a sample takes, float32 batches crossing
+    to the main process, no GPU."""
+    return judge_stages(measurement(), cpus=2, mem_available_mb=16000.0)
 
 
 def body(app: LoadertopApp) -> str:
