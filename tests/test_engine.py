@@ -183,5 +183,8 @@ def test_short_epochs_are_measured_whole_with_their_boundaries(runs: Path, no_le
     assert sweep.result is not None
     (trial,) = sweep.result.trials
     assert trial.status == "ok", trial.error
-    assert trial.samples_per_s is not None and 60 < trial.samples_per_s <= 240, trial.samples_per_s
+    # The ceiling is the property; how far below it a loaded machine lands is not (beside other load it read 57).
+    assert trial.samples_per_s is not None and 0 < trial.samples_per_s <= 240, trial.samples_per_s
     assert trial.blocks >= 2  # whole epochs, each its own block
+    # Each boundary waits for the fresh workers' 0.5 s sleep before their first sample, whatever the machine's speed
+    assert trial.epoch_restart_s is not None and trial.epoch_restart_s >= 0.5, trial.epoch_restart_s

@@ -78,7 +78,10 @@ def test_webdataset_sweep_flags_too_few_shards_and_idle_workers(pattern: str, ru
     assert "4 shards for 2 ranks × 4 workers = 8 readers: 4 workers idle" in warned
     assert "use ≤ 2 workers per rank or split the data into ≥ 8 shards" in warned
     assert "2 of 4 workers produced no samples (worker 2, 3)" in warned  # counted in each rank's workers
-    assert len(by_workers[4].warnings) == 2, by_workers[4].warnings  # the ranks' same words, told once
+    # The ranks' same words, told once (a loaded machine may add a true warning of its own: a first epoch that took
+    # the whole trial)
+    for words in ("workers idle", "produced no samples"):
+        assert sum(words in w for w in by_workers[4].warnings) == 1, by_workers[4].warnings
 
 
 def test_a_rank_without_a_shard_fails_its_trial_saying_why(tmp_path: Path, runs: Path, no_leftovers: None) -> None:
