@@ -32,6 +32,7 @@ FORMATS = ("html", "svg", "png")
 MAX_CURVES = 6  # more curves than this are left to the table: a legend of ten lines is read by nobody
 COLORS = ("#1f5fa8", "#d9731a", "#2e8b57", "#8e44ad", "#b03a48", "#6b7a8f")
 PICK, KNEE, SAME, FAILED = "#e8b400", "#c0392b", "#555555", "#b03a48"
+HOLLOW = (1.0, 1.0, 1.0, 0.0)  # a marker's face left clear: its ring alone
 PICK_BOX = {"boxstyle": "round,pad=0.3", "facecolor": "white", "edgecolor": PICK, "alpha": 0.92}
 LEGEND_MARKS = ("± spread", "pick", "knee", "within noise", "failed")  # after the curves, in this order
 WIDTH_IN = 12.0
@@ -183,14 +184,14 @@ def _mark_rows(ax: Axes, shared: Shared) -> None:
     rows = shared.report.rows
     same = [row for row in rows if row.equivalent and _drawn(row)]
     if same:
-        ax.scatter(*_series(tuple(same), "samples_per_s"), s=190, facecolors="none", edgecolors=SAME, linewidths=1.4,
+        ax.scatter(*_series(tuple(same), "samples_per_s"), s=190, facecolors=HOLLOW, edgecolors=SAME, linewidths=1.4,
                    zorder=4, label="within noise of the best")  # fmt: skip
     knee = next((row for row in rows if row.knee and _drawn(row)), None)
     pick = shared.report.recommended
     if knee is not None:
         ax.axvline(knee.config.num_workers, color=KNEE, linestyle=":", linewidth=1.4, zorder=1)
         ax.scatter(*_series((knee,), "samples_per_s"), marker="D", s=150 if knee is pick else 110,
-                   facecolors="none", edgecolors=KNEE, linewidths=1.8, zorder=7,
+                   facecolors=HOLLOW, edgecolors=KNEE, linewidths=1.8, zorder=7,
                    label=f"knee: {_workers(knee.config.num_workers)}")  # fmt: skip
     if pick is not None and pick.samples_per_s is not None:
         ax.scatter([pick.config.num_workers], [pick.samples_per_s], marker="*", s=420, color=PICK, edgecolors="black",
@@ -421,7 +422,8 @@ def render_html(shared: Shared) -> str:
     e = html.escape
     with _style():
         figure = _inline_svg(render_image(shared, "svg", header=False))
-    pick = [f"<h2>★ {e(said.pick)}</h2>"]
+    star = "★ " if shared.report.recommended is not None else ""
+    pick = [f"<h2>{star}{e(said.pick)}</h2>"]
     pick += [f"<p>{e(said.reason)}</p>"] if said.reason else []
     pick += [f"<pre><code>{e(said.snippet)}</code></pre>"] if said.snippet else []
     pick += [f"<p>{e(text)}</p>" for text in (said.knee, said.same) if text]
