@@ -32,6 +32,10 @@ a running training job (with `for batch in loadertop.watch(loader):`, or any job
 where a sample's time goes (read, decode, each transform, collate, hand-over; the ceilings; what to change):
   loadertop stages --dataset SPEC   (stages --help)
 
+a finished sweep as one file to share (the curve, the knee, the pick, memory, epoch restarts, the DataLoader line,
+the machine; pip install "loadertop[report]"):
+  loadertop report RUN --html FILE   (or --svg FILE, --png FILE; RUN: a run folder or a --json result; report --help)
+
 dataset specs:
   synthetic[:k=v,...]      built-in cost model: length, cpu_ms, io_ms, kb (e.g. synthetic:io_ms=20,cpu_ms=0.5)
   imagefolder:PATH[:k=v]   PATH/<class>/<image>: Pillow decode, resize, centre crop, tensor; size=224,
@@ -339,6 +343,46 @@ def stages_main(argv: list[str]) -> int:
     return one_line_errors("loadertop stages", args.debug, run)
 
 
+class ReportParser(Parser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"loadertop report: error: {message} (see loadertop report --help)\n")
+
+
+def build_report_parser() -> Parser:
+    p = ReportParser(
+        prog="loadertop report",
+        description="A finished sweep as one file to attach to a pull request or a chat: samples/s against "
+        "num_workers with its spread, the knee, the pick, memory and epoch restarts per configuration, the reason, "
+        "the DataLoader line and the machine. The HTML page holds its figure inline and loads nothing.",
+        epilog='needs matplotlib: pip install "loadertop[report]". exit codes: 0 written, 2 bad input (one line)',
+    )
+    p.add_argument("run", type=Path, metavar="RUN", help="a run folder (its result.json) or a result file (--json)")
+    p.add_argument("--html", type=Path, metavar="FILE", help="write a self-contained HTML page")
+    p.add_argument("--svg", type=Path, metavar="FILE", help="write the picture as SVG")
+    p.add_argument("--png", type=Path, metavar="FILE", help="write the picture as PNG")
+    p.add_argument("--debug", action="store_true", help="print tracebacks instead of one-line errors")
+    return p
+
+
+def report_main(argv: list[str]) -> int:
+    """`loadertop report RUN --html FILE` (and/or --svg, --png): the files written, their paths on stdout."""
+    args = build_report_parser().parse_args(argv)
+
+    def run() -> int:
+        outputs = {fmt: getattr(args, fmt) for fmt in ("html", "svg", "png") if getattr(args, fmt) is not None}
+        if not outputs:
+            raise UsageError("name a file to write: --html FILE, --svg FILE or --png FILE")
+        for fmt, path in outputs.items():
+            check_writable(path, f"--{fmt}")
+        from loadertop.faces.report_file import load, write
+
+        for path in write(load(args.run), outputs):
+            print(path)
+        return 0
+
+    return one_line_errors("loadertop report", args.debug, run)
+
+
 class Stopped:
     """Ctrl-C, SIGTERM and SIGHUP end the block as an exception would (its `finally` runs: a child is killed) and are
     kept in `signum`. Set whatever the shell gave: a job started in the background inherits SIGINT ignored."""
@@ -393,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_main(argv[1:])
     if argv and argv[0] == "stages":
         return stages_main(argv[1:])
+    if argv and argv[0] == "report":
+        return report_main(argv[1:])
     args = build_parser().parse_args(argv)
 
     def run() -> int:
