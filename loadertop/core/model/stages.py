@@ -17,8 +17,8 @@ from typing import Any, ClassVar
 
 # What attach and run say where a sweep's stages would be: a live job's are not measured.
 LIVE_STAGES = (
-    "stages: not measured on a live job (the profile that splits a sample costs far more than 1% of its time: "
-    "`loadertop stages` reports how much); run `loadertop stages --dataset SPEC` on the same dataset"
+    "stages: not measured on a live job (profiling its samples costs far more than 1% of their time); "
+    "run `loadertop stages --dataset SPEC` on the same dataset"
 )
 STAGES_VERSION = 1  # the report's (the JSON's `stages.version`); the child's protocol has its own
 PARTS = ("sample", "handoff", "main")

@@ -56,7 +56,8 @@ class Step:
 
 def fn_name(fn: Any) -> str:
     """A map function by its qualified name (`Squares.__getitem__`, `default_collate`), an object by its class."""
-    return str(getattr(fn, "__qualname__", None) or type(fn).__name__)
+    name = str(getattr(fn, "__qualname__", None) or type(fn).__name__)
+    return "lambda" if name.endswith("<lambda>") else name
 
 
 def fn_kind(name: str) -> str:
