@@ -97,20 +97,33 @@ def slow_samples() -> Tensors:
 
 
 class Decode:
-    """A graph's map function that spins the CPU, as decoding a sample does."""
+    """A graph's map function that spins the CPU in Python code (holding the GIL), as decoding a sample does."""
 
     def __call__(self, index: int) -> torch.Tensor:
         spin_cpu(SPIN_S / 2)
         return torch.full((3, 16, 16), float(index % 7))
 
 
-def graph() -> Any:
-    """A torchdata.nodes graph: sampler → thread mapper (Decode) → Batcher → Mapper(collate) → Prefetcher."""
+class DecodeInTorch:
+    """A graph's map function whose work is torch's C code (a matrix product, which releases the GIL)."""
+
+    def __init__(self) -> None:
+        self.matrix = torch.rand(192, 192)
+
+    def __call__(self, index: int) -> torch.Tensor:
+        for _ in range(4):
+            torch.mm(self.matrix, self.matrix)
+        return torch.full((3, 16, 16), float(index % 7))
+
+
+def graph(work: str = "python") -> Any:
+    """A torchdata.nodes graph: sampler → thread mapper (Decode; work=torch: DecodeInTorch) → Batcher →
+    Mapper(collate) → Prefetcher."""
     from torch.utils.data import RandomSampler, default_collate
     from torchdata.nodes import Batcher, Mapper, ParallelMapper, Prefetcher, SamplerWrapper
 
     node: Any = SamplerWrapper(RandomSampler(range(512)))
-    node = ParallelMapper(node, Decode(), num_workers=2, method="thread")
+    node = ParallelMapper(node, DecodeInTorch() if work == "torch" else Decode(), num_workers=2, method="thread")
     node = Mapper(Batcher(node, batch_size=16), default_collate)
     return Prefetcher(node, prefetch_factor=2)
 
