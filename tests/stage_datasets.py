@@ -161,3 +161,14 @@ def write_hf(folder: Any, rows: int = 256) -> str:
     # A fingerprint given: datasets cannot hash a pyarrow table to make one.
     datasets.Dataset(table, fingerprint="loadertop-stages").save_to_disk(str(folder), num_shards=2)
     return str(folder)
+
+
+def _corrupt(index: int) -> Any:
+    raise ValueError(f"corrupt sample {index}")
+
+
+def broken_graph() -> Any:
+    """A graph whose map function fails on every sample."""
+    from torchdata.nodes import IterableWrapper, ParallelMapper
+
+    return ParallelMapper(IterableWrapper(range(64)), _corrupt, num_workers=1, method="thread")

@@ -105,6 +105,16 @@ def test_a_graph_is_measured_by_its_source_and_map_functions() -> None:
     assert any(c.name == NAME for c in report.ceilings) and report.measurement.gil_share is not None
 
 
+def test_a_graph_whose_map_function_fails_is_a_data_failure_in_one_line() -> None:
+    pytest.importorskip("torchdata.nodes", reason="pip install torchdata (the graph extra)")
+    from loadertop.core.model.stages_protocol import StagesFailed, StagesRequest
+    from loadertop.core.trial.stages_main import answer
+
+    failed = answer(StagesRequest(f"{DATA}:broken_graph", {}, 0.2, 8, 8))
+    assert isinstance(failed, StagesFailed) and failed.kind == "data"
+    assert "the graph's items: ValueError: corrupt sample 0" in failed.error and "\n" not in failed.error
+
+
 # -- fixed figures ------------------------------------------------------------------------------------------------
 
 
