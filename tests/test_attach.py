@@ -30,6 +30,7 @@ from loadertop.core.engine.live.target import dataloader_workers, resolve
 from loadertop.core.machine.gpu import GpuProbe
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.live_protocol import JobEpoch, JobSteps, JobWorkers, TuneChose, TuneStep
+from loadertop.core.model.stages import LIVE_STAGES
 from loadertop.faces.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -350,6 +351,7 @@ def test_headless_lines_and_json(fake: FakeJob, sleepers: list[int], capsys: pyt
     assert all(keys <= set(line) for line in lines)
     assert any(line["samples_per_s"] for line in lines) and len(lines[-2]["worker_uss_mb"]) == 2
     assert out.startswith(f"attached to pid {fake.pid}: python train.py (watched")
+    assert out.splitlines()[1] == LIVE_STAGES  # where stages would be: not measured live, and how to get them
     assert "samples/s  stall 25%" in out and "workers USS MB:" in out and "ended: the job said goodbye" in out
     shutil.rmtree(path.parent)
 

@@ -26,6 +26,7 @@ from loadertop.core.engine import (
     start_job,
 )
 from loadertop.core.model.live import JobRanks, LiveSnapshot
+from loadertop.core.model.stages import LIVE_STAGES
 
 if TYPE_CHECKING:
     from loadertop.faces.openmetrics import MetricsServer
@@ -114,6 +115,7 @@ def run_attach_headless(
     try:
         sink = None if json_path is None else json_path.open("a", encoding="utf-8")
         print(_opening(session), file=out, flush=True)
+        print(LIVE_STAGES, file=out, flush=True)
         missing: tuple[str, ...] = ()
         for snap in session.snapshots():
             if metrics is not None:

@@ -68,9 +68,10 @@ def sums(report: StagesReport) -> list[str]:
     apart = f"{pct(abs(report.gap))} {'under' if report.gap > 0 else 'over'}"
     lines = [
         f"sum of the stages {ms(report.stages_wall_s)} ms per sample against the 0-worker time "
-        f"{ms(report.reference_wall_s)} ms (a DataLoader with the dataset's collate): {apart}",
-        f"dataset[i] alone {ms(m.sample_wall_s)} ms ({ms(m.sample_cpu_s)} CPU ms); the whole pipeline "
-        f"{ms(report.pipeline_cpu_s)} CPU ms per sample on {report.cpus} usable CPUs",
+        f"{ms(report.reference_wall_s)} ms ({m.reference}): {apart}",
+        f"{'dataset[i]' if not m.dataset.startswith('graph ') else 'the graph'} alone {ms(m.sample_wall_s)} ms "
+        f"({ms(m.sample_cpu_s)} CPU ms); the whole pipeline {ms(report.pipeline_cpu_s)} CPU ms per sample on "
+        f"{report.cpus} usable CPUs",
     ]
     unmeasured = [f"{r.stage.name} ({r.stage.note})" for r in report.rows if r.stage.wall_s is None]
     if unmeasured:

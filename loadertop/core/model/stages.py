@@ -15,6 +15,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+# What attach and run say where a sweep's stages would be: a live job's are not measured.
+LIVE_STAGES = (
+    "stages: not measured on a live job (profiling its samples costs far more than 1% of their time); "
+    "run `loadertop stages --dataset SPEC` on the same dataset"
+)
 STAGES_VERSION = 1  # the report's (the JSON's `stages.version`); the child's protocol has its own
 PARTS = ("sample", "handoff", "main")
 # What a stage is: read and decode (apart or together), a transform found on the dataset, another call of its
@@ -104,6 +109,11 @@ class StagesMeasurement:
     lazy_imports: tuple[LazyImport, ...]
     cuda: bool
     notes: tuple[str, ...] = ()  # what was not measured, and why
+    # Of the profiled CPU time, the share that holds the GIL (Python code, C functions of libraries not known to
+    # release it): thread workers run it one at a time. The rest is C code of torch, Pillow, NumPy, Arrow..., which
+    # may release it. None: not profiled.
+    gil_share: float | None = None
+    reference: str = "a DataLoader with the dataset's collate"  # what the 0-worker time is
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

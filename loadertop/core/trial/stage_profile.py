@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 
 # (pattern over "module.qualname", kind): the first match names the stage's kind; everything else is a "call".
+# Hugging Face streaming reads Arrow record batches (`_iter_arrow`), then its formatter turns each row into tensors
+# (decoding Image or Audio features on the way): those two are its read and its decode.
 KIND_RULES: tuple[tuple[str, str], ...] = (
+    (r"^datasets\.formatting\.|^datasets\.features\..*decode", "decode"),
+    (r"^datasets\.iterable_dataset\..*(_iter_arrow|ExamplesIterable\.__iter__)$|^datasets\.arrow_reader\.", "read"),
+    (r"^pyarrow\.", "read"),
     (r"^tokenizers\.", "tokenize"),
     (r"^PIL\.Image\.(open|Image\.convert|Image\.load)$|^PIL\.ImageFile\.ImageFile\.load$", "read+decode"),
     (r"^soundfile\.(read|SoundFile\.read)$|^librosa\..*\.load$|^torchaudio\..*load$", "read+decode"),
@@ -29,6 +34,12 @@ KIND_RULES: tuple[tuple[str, str], ...] = (
         r"^webdataset\.|^tarfile\.|^io\.open$|^builtins\.open$|\.read$|^numpy\.lib\..*load$|^torch\.serialization",
         "read",
     ),
+)
+# What a known library's read or decode is, for its stage's name (the dotted name follows in the note).
+LABELS: tuple[tuple[str, str], ...] = (
+    (r"^datasets\.formatting\.", "Arrow rows to tensors, datasets"),
+    (r"^datasets\.iterable_dataset\.", "Arrow batches, datasets"),
+    (r"^webdataset\.", "tar shards, webdataset"),
 )
 MAX_DESCENT = 4  # a wrapper's __getitem__ (Subset) holding nearly all the time is looked through, this deep
 DESCEND_SHARE = 0.9
@@ -206,10 +217,14 @@ def callee_libraries(stats: dict[Any, Any], libraries: Libraries, key: Any, own:
 
 
 def stage_name(stats: dict[Any, Any], libraries: Libraries, key: Any) -> tuple[str, str]:
-    """(name, kind) of a direct callee: "read+decode (soundfile.read)", "decode (WebDatasetShards.decode → PIL)"."""
+    """(name, kind) of a direct callee: "read+decode (soundfile.read)", "decode (WebDatasetShards.decode → PIL)",
+    a known library's read or decode by what it is: "read (Arrow batches, datasets: ..._iter_arrow)"."""
     kind, name = kind_of(key), short_name(key)
-    _, library, user = describe(key)
-    if user:
+    full, library, user = describe(key)
+    label = next((text for pattern, text in LABELS if re.search(pattern, full)), None)
+    if label is not None:  # "read (tar shards, webdataset: DataPipeline.iterator)"
+        name = f"{label}: {'.'.join(full.split('.')[-2:])}"
+    elif user:
         under = callee_libraries(stats, libraries, key, library)
         name += f" → {', '.join(under)}" if under else ""
     return (f"{kind} ({name})" if kind != "call" else name), kind
@@ -248,6 +263,35 @@ def split_profile(wall: cProfile.Profile, cpu: cProfile.Profile, fetch_code: Any
     groups[f"{getattr(entry, 'co_qualname', entry.co_name)} (own code)"] = ["own", libraries(entry), *own]
     calls = tuple(sorted((Call(n, k, lib, w, c) for n, (k, lib, w, c) in groups.items()), key=lambda c: -c.wall_s))
     return Split(short_name(entry), calls, library_shares(stats.values(), libraries, {fetch_code, *hooks}))
+
+
+# C code that may run without the GIL: these libraries release it around their heavy work (torch's ops, Pillow's
+# decode and resize, NumPy's array loops, Arrow's reads), and the standard library's waits and reads.
+RELEASING = ("torch", "torchvision", "torchaudio", "numpy", "PIL", "pyarrow", "cv2", "tokenizers", "soundfile",
+             "scipy", "simplejpeg", "turbojpeg", "decord", "av", "zstandard", "lz4", "zlib")  # fmt: skip
+_STDLIB_WAITS = re.compile(r"(^|\.)(sleep|read|readinto|recv\w*|select|poll|wait|acquire|decompress)$")
+
+
+def gil_share(profile: cProfile.Profile, skip: set[Any]) -> float | None:
+    """The share of the profiled CPU time spent holding the GIL: Python code (every function with bytecode) and the
+    C functions of libraries not known to release it; the rest is C code of RELEASING libraries (or a standard
+    library wait), which may run beside other threads. None when nothing was profiled."""
+    stats = entries(profile)
+    libraries = Libraries(stats)
+    held = free = 0.0
+    for key, stat in stats.items():
+        if key in skip:
+            continue
+        if hasattr(key, "co_filename"):
+            held += stat.inlinetime
+            continue
+        name, library = describe(key)[0], libraries(key)
+        if library in RELEASING or (library == "stdlib" and _STDLIB_WAITS.search(name)):
+            free += stat.inlinetime
+        else:
+            held += stat.inlinetime
+    total = held + free
+    return held / total if total > 0 else None
 
 
 def library_shares(stats: Iterable[Any], libraries: Libraries, skip: set[Any]) -> tuple[tuple[str, float], ...]:

@@ -35,8 +35,9 @@ from loadertop.core.model.stages_protocol import (
 from loadertop.core.trial import stage_boundary, stage_split
 from loadertop.core.trial.graph import is_graph
 from loadertop.core.trial.procs import DieWithParent, die_with_parent
+from loadertop.core.trial.stage_graph import measure_graph
 from loadertop.core.trial.stage_hooks import find_hooks
-from loadertop.core.trial.stage_profile import split_profile
+from loadertop.core.trial.stage_profile import gil_share, split_profile
 from loadertop.core.trial.stage_rounds import Fetcher, RoundRunner, Rounds
 from loadertop.core.trial.stage_start import first_batch_s, first_sample
 
@@ -119,7 +120,10 @@ def boundary_stages(
 def measure(request: StagesRequest) -> StagesMeasurement:
     loaded = load_spec(request.spec, request.dataset_args)
     if is_graph(loaded.dataset):
-        raise SpecError("a torchdata.nodes graph: stages measures a Dataset (return the graph's dataset instead)")
+        try:
+            return measure_graph(request.spec, loaded.dataset, request.seconds, request.samples)
+        except Exception as exc:
+            raise DataFailure(bad_data(_error(exc), "the graph's items")) from exc
     dataset, iterable = loaded.dataset, isinstance(loaded.dataset, IterableDataset)
     make = loader_factory(loaded, request.batch_size)
     fetch = Fetcher(dataset, iterable)
@@ -149,6 +153,7 @@ def measure(request: StagesRequest) -> StagesMeasurement:
         decoded_bytes=stage_split.decoded_bytes(hooks), first_sample_s=start.first_sample_s,
         worker_first_batch_s=start.worker_first_batch_s, main_first_batch_s=start.main_first_batch_s,
         lazy_imports=start.lazy_imports, cuda=torch.cuda.is_available(), notes=(*start.notes, *notes),
+        gil_share=gil_share(rounds.profile_cpu, {Fetcher.__call__.__code__, *hooks.wrapper_codes()}),
     )  # fmt: skip
 
 

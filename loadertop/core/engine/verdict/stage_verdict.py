@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from loadertop.core.engine.verdict import stage_ceilings as arithmetic
 from loadertop.core.engine.verdict.stage_advice import Facts, advise
+from loadertop.core.engine.verdict.stage_threads import thread_ceiling
 from loadertop.core.model.stages import STAGES_VERSION, StagesMeasurement, StagesReport
 
 
@@ -21,7 +22,7 @@ def judge_stages(measurement: StagesMeasurement, cpus: int, mem_available_mb: fl
         gap=arithmetic.gap_of(measurement),
         cpus=cpus,
         pipeline_cpu_s=arithmetic.pipeline_cpu(stages),
-        ceilings=arithmetic.ceilings(stages, cpus),
+        ceilings=(*arithmetic.ceilings(stages, cpus), *thread_ceiling(stages, cpus, measurement.gil_share)),
         advice=advise(Facts(measurement, stages, rows, cpus, mem_available_mb)),
         mem_available_mb=mem_available_mb,
     )
