@@ -73,7 +73,7 @@ def effective_defaults(page: str) -> dict[str, Any]:
         return {flag: action.default for flag, action in flags_of(parsers()[own]).items()}
     fields = {f.name: f.default for f in dataclasses.fields(Settings)}
     options = [(name, opt) for name, opt in settings_options() if opt.flag]
-    return {opt.flag: fields[name] if opt.default is None else opt.default for name, opt in options}
+    return {str(opt.flag): fields[name] if opt.default is None else opt.default for name, opt in options}
 
 
 def test_every_default_the_docs_quote_is_the_option_s() -> None:
