@@ -172,3 +172,35 @@ def test_the_readme_s_timing_of_the_default_run_says_what_machine_it_was_measure
     said = re.search(r"`loadertop` with no arguments sweeps the built-in synthetic workload[^.]*\.", text)
     assert said is not None
     assert re.search(r"\d+:\d\d", said.group()) and "measured on" in said.group(), said.group()
+
+
+def test_every_environment_variable_the_docs_name_is_read_by_the_code() -> None:
+    source = "\n".join(path.read_text() for path in (ROOT / "loadertop").rglob("*.py"))
+    named = {name for _, _, line in lines() for name in re.findall(r"\bLOADERTOP_[A-Z_]+\b", line)}
+    assert named and not {name for name in named if name not in source}
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def headings(page: Path) -> set[str]:
+    return {slug(h) for h in re.findall(r"^#+ (.*)$", page.read_text(), re.M)}
+
+
+def test_every_link_and_path_the_docs_give_leads_somewhere() -> None:
+    broken = []
+    for page in DOCS:
+        text = page.read_text()
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith("http"):
+                continue
+            path, _, anchor = target.partition("#")
+            found = page.parent / path if path else page
+            if not found.exists() or (anchor and found.suffix == ".md" and anchor not in headings(found)):
+                broken.append(f"{page.name}: {target}")
+        for path in re.findall(r"(?<![\w/.-])((?:loadertop|tests|benchmarks|docs|screenshots)/[\w./-]*\w)", text):
+            if not (ROOT / path).exists() and not (page.parent / path).exists():
+                broken.append(f"{page.name}: {path}")
+    assert not broken, "\n".join(broken)
