@@ -204,3 +204,19 @@ def test_every_link_and_path_the_docs_give_leads_somewhere() -> None:
             if not (ROOT / path).exists() and not (page.parent / path).exists():
                 broken.append(f"{page.name}: {path}")
     assert not broken, "\n".join(broken)
+
+
+def test_every_column_the_docs_name_is_one_a_face_or_the_csv_prints() -> None:
+    from loadertop.core.engine.report.export import CSV_COLUMNS
+
+    printed, wrong = set(HEADERS.values()), []
+    for where, n, line in lines():
+        if where == "docs/stages.md":
+            continue  # the stage table's own columns
+        csv = set(CSV_COLUMNS) if "CSV" in line else set()
+        for names in re.findall(r"((?:`[^`]+`(?:, | and |/)?)+) columns?\b", line):
+            named = re.findall(r"`([^`]+)`", names)
+            # `wait_ms_p50`/`p95`/`p99`: the CSV's wait_ms_p95 and wait_ms_p99
+            named = [f"wait_ms_{name}" if f"wait_ms_{name}" in csv else name for name in named]
+            wrong += [f"{where}:{n}: {name}" for name in named if name not in printed | csv]
+    assert not wrong, "columns no face prints:\n" + "\n".join(wrong)
