@@ -220,3 +220,9 @@ def test_every_column_the_docs_name_is_one_a_face_or_the_csv_prints() -> None:
             named = [f"wait_ms_{name}" if f"wait_ms_{name}" in csv else name for name in named]
             wrong += [f"{where}:{n}: {name}" for name in named if name not in printed | csv]
     assert not wrong, "columns no face prints:\n" + "\n".join(wrong)
+
+
+def test_docs_architecture_names_every_module_of_loadertop() -> None:
+    architecture = (ROOT / "docs" / "architecture.md").read_text()
+    modules = {p.name for p in (ROOT / "loadertop").rglob("*.py") if p.name not in ("__init__.py", "__main__.py")}
+    assert not {m for m in modules if not re.search(rf"\b{re.escape(m)}\b", architecture)}
