@@ -72,7 +72,7 @@ def _status(row: Row, measured: ReportRow | None) -> str:
     if row.status == "queued":
         return "rerun queued"
     if row.status == "not needed":
-        return "not needed"  # a rung the search settled without (the help and docs/tui.md say so)
+        return "not needed"  # a rung the search settled without (docs/tui.md says so)
     parts = [row.status]
     if row.status == "ok" and measured is not None:
         if measured.ok_runs > 1:
