@@ -665,8 +665,8 @@ def listed_while_driven(
 @pytest.mark.unit
 @pytest.mark.parametrize("measure", [cpu_bound, io_bound])
 def test_the_plan_lists_no_rung_the_search_never_runs(measure: Measure) -> None:
-    # On 2 CPUs the plan used to list 0, 1, 2, 4, ..., 32 (64 with auto) for a climb that stops at 4 or 5 when
-    # CPU-bound: past the CPUs it lists the next rung only once the climb has chosen it.
+    # A plan of 0, 1, 2, 4, ..., 32 (64 with auto) on 2 CPUs promises rungs a CPU-bound climb never reaches (it stops
+    # at 4 or 5): past the CPUs the plan lists the next rung only once the climb has chosen it.
     planner = AdaptivePlanner(settings(), cpus=2)
     assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4]
     listed, ran = listed_while_driven(planner, measure, machine(cpus=2))

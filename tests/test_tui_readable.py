@@ -119,8 +119,8 @@ def tick(t: float) -> ProbeSample:
 
 @pytest.mark.unit
 def test_a_row_rerun_s_time_left_counts_from_its_trial_s_launch_and_never_reads_zero_while_it_runs() -> None:
-    # Recorded on a row rerun (one trial, --trial-seconds 3): the setup took 2 s before the launch, the trial ran
-    # 4.6 s, and the header read "~0:00 left" from t=6 s while the trial still ran.
+    # A row rerun as recorded (one trial, --trial-seconds 3): 2 s of setup before the launch, then 4.6 s of trial.
+    # Counted from the sweep's start, its 5 s estimate ran out at t=5 while the trial still ran ("~0:00 left").
     settings = replace(SETTINGS, trial_seconds=3.0)
     config = TrialConfig(2, 32, 2, start_method="fork")
     count = TrialCount()
