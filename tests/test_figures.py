@@ -158,3 +158,24 @@ def test_a_trial_decides_early_only_with_the_blocks_a_settled_run_has() -> None:
         # three blocks in a row above 100 samples/s after the fifth: never on the first three, however clear
         assert decided == (len(tally.blocks) >= 5 and min(tally.rates[-3:]) > 100.0)
     assert decided
+
+
+def test_a_steady_job_reads_a_steady_rate_in_every_interval_whatever_the_drains_cut() -> None:
+    # 11 samples every 0.7 s (15.7 samples/s), drained every 0.5 s mid-batch, shown every 1 s: timed to the drains,
+    # the intervals read 11, then 22 samples/s (whole batches over whole seconds).
+    recorder = StepRecorder(None, loader_id=0)
+    recorder.epoch_started(0, (), None)  # at the job's t=0, as watch() says when it starts an iterator
+    fold = MessageFold(started_wall=0.0, attach_wall=0.0)
+    step_ends = [0.7 * k for k in range(1, 60)]
+    rates = []
+    for second in range(1, 40):
+        interval = Interval()
+        for drain in (second - 0.5, float(second)):
+            while step_ends and step_ends[0] <= drain:
+                recorder.step(0.2, 0.5, 11)
+                step_ends.pop(0)
+            fold.fold(recorder.drain(now=drain), interval)
+        seconds = fold.job_seconds(interval)
+        assert seconds is not None
+        rates.append(interval.rates(seconds)[0])
+    assert all(rate == pytest.approx(11 / 0.7) for rate in rates), rates

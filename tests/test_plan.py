@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from loadertop.faces.cli import build_parser, settings_from_args
 pytestmark = pytest.mark.unit
 
 ApiSettings = Callable[..., Settings]
+USER = str(Path(__file__).parent / "data" / "counted.py")  # a factory that exists: the settings look it up
 
 
 class Started(Exception):
@@ -53,8 +55,8 @@ SAME = [
     pytest.param(["--ranks", "2"], None, {"ranks": 2}, id="ranks 2"),
     pytest.param(["--batch-size", "32,64"], None, {"batch_size": [32, 64]}, id="batch sizes"),
     pytest.param(
-        ["--dataset", "mypkg.data:make", "--dataset-arg", "root=/data", "--dataset-arg", "size=64"],
-        "mypkg.data:make",
+        ["--dataset", f"{USER}:make", "--dataset-arg", "root=/data", "--dataset-arg", "size=64"],
+        f"{USER}:make",
         {"dataset_args": {"root": "/data", "size": "64"}},
         id="user dataset",
     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -644,3 +644,53 @@ def test_real_contended_curve_finds_the_peak_region_and_does_not_climb_to_the_to
     chosen = result.recommendation.config.num_workers
     assert model[chosen] >= 0.9 * max(model.values()), (chosen, trace)  # 13-33 workers are the peak region
     assert len({t.config for t in result.trials}) <= 12, trace  # the finalists' repeats come on top (the noise)
+
+
+def listed_while_driven(
+    planner: AdaptivePlanner, measure: Measure, host: MachineInfo
+) -> tuple[list[set[int]], list[int]]:
+    """The worker counts the plan listed as each trial was chosen, and the counts the search ran."""
+    listed: list[set[int]] = []
+    original = planner.next
+
+    def next_noting(done: Sequence[TrialResult]) -> TrialConfig | None:
+        chosen = original(done)
+        listed.append({c.num_workers for c in planner.planned()})
+        return chosen
+
+    planner.next = next_noting  # type: ignore[method-assign]
+    return listed, workers(drive(planner, measure, host=host))
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("measure", [cpu_bound, io_bound])
+def test_the_plan_lists_no_rung_the_search_never_runs(measure: Measure) -> None:
+    # A plan of 0, 1, 2, 4, ..., 32 (64 with auto) on 2 CPUs promises rungs a CPU-bound climb never reaches (it stops
+    # at 4 or 5): past the CPUs the plan lists the next rung only once the climb has chosen it.
+    planner = AdaptivePlanner(settings(), cpus=2)
+    assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4]
+    listed, ran = listed_while_driven(planner, measure, machine(cpus=2))
+    ever = set().union(*listed)
+    assert ever <= set(ran), f"listed {sorted(ever)}, ran {ran}"
+    if measure is io_bound:
+        assert max(ran) == 32  # an I/O-bound loader still climbs far past the cores while it pays
+
+
+@pytest.mark.unit
+def test_the_plan_takes_the_machine_s_cpus_when_it_is_known() -> None:
+    planner = AdaptivePlanner(settings())
+    planner.setup(machine(cpus=8), ())
+    assert [c.num_workers for c in planner.planned()] == [0, 1, 2, 4, 8, 16]
+
+
+@pytest.mark.unit
+def test_the_plan_lists_no_rung_past_the_memory_budget_once_a_worker_s_cost_is_measured() -> None:
+    def heavy(config: TrialConfig, run: int) -> dict[str, Any]:  # 400 MB a worker, I/O-bound: CPUs never stop it
+        n = config.num_workers
+        return {**io_bound(config, run), "worker_uss_mb": (400.0,) * n, "total_pss_mb": 500.0 + 400.0 * n}
+
+    planner = AdaptivePlanner(settings(), cpus=64)  # half of 8000 MB: 1 + (4000 - 900) // 400 = 8 workers at most
+    listed, ran = listed_while_driven(planner, heavy, machine(cpus=64, mem_available_mb=8000.0))
+    assert ran[:2] == [0, 1] and max(listed[0]) == 32  # before a worker is measured, its cost is not known
+    after = set().union(*listed[2:])
+    assert max(ran) == 8 and max(after) <= 8, f"listed {sorted(after)}, ran {ran}"

@@ -79,11 +79,15 @@ async def test_a_whole_sweep_without_gpu(factory: FakeSweepFactory) -> None:
         marks = [cell(table, i, "mark") for i in range(table.row_count)]
         assert marks == ["", "", "", "", "★◆", "", ""]
         assert cell(table, 6, "samples/s") == "failed"
-        assert "/dev/shm too small" in cell(table, 6, "status")
+        assert cell(table, 6, "status") == "failed: RuntimeError…"  # cut at a word to fit 120 columns
         assert table.cursor_row == 4  # the recommended row
         chart = app.query_one(ThroughputChart)
         assert "knee 4" in str(chart.border_title)
         assert ("warning", "/dev/shm has 3.9 GB free: 8 workers may not fit") in app.messages
+        table.move_cursor(row=6)  # the highlighted failure says all of it in the live pane
+        await pilot.pause()
+        app.flush(everything=True)
+        assert "/dev/shm too small" in text(app.query_one(LivePane))
         # Nothing keeps redrawing once the sweep is over: the idle app costs no CPU.
         assert not app._ticker._active.is_set()
 

@@ -22,7 +22,15 @@ from tui_fakes import SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, cell, sync
 
 from loadertop.core.engine import SweepRequest, TrialCount
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.events import Event, Notice, SweepStarted, TrialFinished, TrialLaunched, TrialStarted
+from loadertop.core.model.events import (
+    Event,
+    Notice,
+    ProbeSample,
+    SweepStarted,
+    TrialFinished,
+    TrialLaunched,
+    TrialStarted,
+)
 from loadertop.core.model.results import SweepResult
 from loadertop.faces.headless import Reporter
 from loadertop.faces.tui.app import LoadertopApp, make_app
@@ -103,6 +111,36 @@ def test_the_finished_count_adds_up_when_planned_rungs_were_not_needed() -> None
     count = TrialCount(planned=8, total=18, added={"refine": 3, "repeat": 7})
     assert count.ran(15) == "5 planned +3 refine +7 repeat; 3 planned not needed"
     assert TrialCount(planned=8, total=8).ran(6) == ""  # nothing added: the plain count says it
+
+
+def tick(t: float) -> ProbeSample:
+    return ProbeSample(None, t, (), None, None, None, None, 0.0, 10_000.0, None, None)
+
+
+@pytest.mark.unit
+def test_a_row_rerun_s_time_left_counts_from_its_trial_s_launch_and_never_reads_zero_while_it_runs() -> None:
+    # A row rerun as recorded (one trial, --trial-seconds 3): 2 s of setup before the launch, then 4.6 s of trial.
+    # Counted from the sweep's start, its 5 s estimate ran out at t=5 while the trial still ran ("~0:00 left").
+    settings = replace(SETTINGS, trial_seconds=3.0)
+    config = TrialConfig(2, 32, 2, start_method="fork")
+    count = TrialCount()
+    count.apply(SweepStarted("run", FakeSweepFactory(Path(".")).machine, settings, (config,), None))
+    count.apply(tick(2.0))
+    assert count.left() == "~0:05 left"  # the trial's budget and its start-up, not yet begun
+    count.apply(TrialLaunched(0, 1, config, 1234))
+    count.apply(tick(4.0))
+    assert count.left() == "~0:03 left"  # 5 s from its launch at 2 s, 2 s of them gone
+    count.apply(tick(7.5))
+    assert count.left() == "last trial, over its estimate"  # not "~0:00 left": it is still running
+
+
+@pytest.mark.unit
+def test_the_time_left_after_an_overrunning_trial_counts_the_trials_after_it() -> None:
+    count = TrialCount(planned=4, total=4, finished_at=[10.0, 20.0], t=20.0)
+    count.apply(TrialLaunched(2, 4, TrialConfig(4, 32, 2, start_method="fork"), 1))
+    assert count.left() == "~0:20 left"
+    count.apply(tick(35.0))
+    assert count.left() == "~0:10 left after this trial"
 
 
 @pytest.mark.tui
@@ -228,3 +266,41 @@ async def test_notices_at_the_start_do_not_cover_the_table(tmp_path: Path) -> No
         toasts = list(app.screen.query(Toast))
         assert toasts and all(not toast.region.overlaps(table) for toast in toasts)  # ... is not over the table
         factory.sweeps[0].release()
+
+
+# ---- the status column at 120 columns -------------------------------------------------------------------------
+
+
+class UnneededRungs(FakeSweepFactory):
+    """Sweeps whose plan lists two rungs the search then does not run: their rows end "not needed"."""
+
+    def __call__(self, settings: Settings, previous: SweepResult | None, only: Sequence[TrialConfig] | None) -> Any:
+        sweep = super().__call__(settings, previous, only)
+        events = sweep.events
+        extra = (TrialConfig(16, 32, 2, start_method="fork"), TrialConfig(32, 32, 2, start_method="fork"))
+
+        def planned_more() -> Iterator[Event]:
+            for event in events():
+                yield replace(event, planned=(*event.planned, *extra)) if isinstance(event, SweepStarted) else event
+
+        sweep.events = planned_more
+        return sweep
+
+
+@pytest.mark.tui
+@sync
+async def test_every_status_is_whole_at_120_columns_with_and_without_a_previous_run(tmp_path: Path) -> None:
+    factory = UnneededRungs(tmp_path)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
+    async with app.run_test(size=(120, 40)) as pilot:
+        for sweeps in (1, 2):  # the second, after r, has a "vs prev" column beside the status
+            await wait_until(pilot, lambda n=sweeps: len(factory.sweeps) == n and app.state.phase == "finished")
+            await pilot.pause()
+            table, text = app.query_one(ResultsTable), screen_text(app)
+            statuses = [cell(table, i, "status") for i in range(table.row_count)]
+            assert statuses.count("not needed") == 2 and any(s.startswith("failed: ") for s in statuses)
+            cut = [s for s in statuses if s not in text]
+            assert not cut, f"status cut at 120 columns: {cut}"
+            assert ("vs prev" in text) == (sweeps == 2)  # the report's name for the column, shown once there is one
+            if sweeps == 1:
+                await pilot.press("r")

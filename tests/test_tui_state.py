@@ -107,7 +107,7 @@ def test_rungs_a_finished_search_did_not_need_say_so(tmp_path: Path) -> None:
         if isinstance(event, TrialFinished) and event.result.index == 2:
             sweep.stop_after_current()
     assert [row.status for row in state.rows] == ["ok"] * 3 + ["not needed"] * 4
-    assert status_text(state.rows[-1]) == "not needed (search settled)"
+    assert status_text(state.rows[-1]) == "not needed"
 
 
 def test_an_interrupted_sweep_marks_what_never_ran(tmp_path: Path) -> None:

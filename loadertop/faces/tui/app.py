@@ -301,7 +301,7 @@ class LoadertopApp(NotingApp[None]):
             self.start_sweep(settings, only)
 
     def action_rerun(self) -> None:
-        self._request(self.settings, None, "rerunning the sweep; Δ prev compares with the last run")
+        self._request(self.settings, None, "rerunning the sweep; vs prev compares with the last run")
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         if event.data_table is self.table:

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from loadertop.core.datasets.errors import SpecError
+from loadertop.core.datasets.names import check_factory_spec
 from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.machine.guards import memory_total_mb, parse_mem_floor
 from loadertop.core.model.config import (
@@ -47,12 +49,24 @@ def build_settings(given: Mapping[str, Any]) -> Settings:
     settings = Settings(**values)
     if settings.consumer and settings.step_ms:
         raise UsageError("--consumer runs your own step; drop --step-ms (it emulates one)")
+    check_specs(settings)
     parse_mem_floor(settings.mem_floor, memory_total_mb())  # one line now rather than a traceback later
     if "thread" in settings.worker_methods:
         need_nodes()
     if workers == "auto":  # workers are per rank: each rank gets its share of the CPUs
         workers = auto_counts(max(1, usable_cpus() // settings.ranks), settings.search)
     return dataclasses.replace(settings, workers=workers)
+
+
+def check_specs(settings: Settings) -> None:
+    """A factory's file or name mistyped fails here, in milliseconds, with the close names: not in a runner after
+    torch was imported."""
+    for spec, what, flag in ((settings.dataset, "dataset", ""), (settings.consumer, "consumer", "--consumer: ")):
+        try:
+            if spec:
+                check_factory_spec(spec, what)
+        except SpecError as exc:
+            raise UsageError(f"{flag}{exc}") from None
 
 
 def need_nodes() -> None:

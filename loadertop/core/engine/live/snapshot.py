@@ -96,6 +96,11 @@ class MessageFold:
         self._shown_t = -self._shift  # the job's clock where the last interval's figures ended: attach, at first
         self.epoch: int | None = None
         self.worker_pids: dict[int, tuple[int, ...]] = {}  # loader -> its live iterator's workers
+        # The job's clock where its last recorded step ended, per loader. A span ends when the publisher drains
+        # (every 0.5 s), in the middle of a batch; timed to that end, an interval's whole batches read 11 samples/s
+        # then 21 for a steady 16. Each step is recorded when the next one is asked for, so a span's steps end its
+        # wait and step time (Σ wait + Σ step) after the last one's: a steady job reads steady.
+        self._step_end: dict[int, float] = {}
 
     def fold(self, messages: Iterable[LiveMessage], interval: Interval) -> None:
         """Fold messages into the interval being gathered. Steps that ended before attach (history the job
@@ -104,10 +109,12 @@ class MessageFold:
         for message in messages:
             if isinstance(message, JobWorkers):
                 self.worker_pids[message.loader] = message.pids
+                self._step_end[message.loader] = message.t  # a new iterator: its first wait starts here
             elif isinstance(message, JobSteps):
                 self.epoch = message.epoch
+                start, end = self._steps_ended(message)
                 if message.t + self._shift >= -SLACK_S:
-                    interval.saw(message.t, message.span_s)
+                    interval.saw(end, end - start)
                     interval.batches += message.batches
                     interval.samples += message.samples
                     interval.wait_s += message.wait_s
@@ -117,12 +124,21 @@ class MessageFold:
                     if message.wait_ms_max is not None:
                         interval.wait_max_ms.append(message.wait_ms_max)
             elif isinstance(message, JobEpoch):
+                self._step_end[message.loader] = message.t  # its iteration ended here, after its last step
                 if message.t + self._shift >= -SLACK_S:
                     interval.saw(message.t)
                 interval.epoch_ends.append(round(message.t + self._shift, 3))
                 interval.notes.append(_epoch_note(message))
             elif isinstance(message, TuneStep | TuneChose):
                 interval.notes.append(_tune_note(message))
+
+    def _steps_ended(self, message: JobSteps) -> tuple[float, float]:
+        """Where on the job's clock the span's recorded steps began and ended: from the last one's end (or the
+        span's start, for the first span seen) on for their wait and step time, never past the span's end."""
+        start = self._step_end.get(message.loader, message.t - message.span_s)
+        end = min(message.t, start + message.wait_s + message.step_s) if message.batches else start
+        self._step_end[message.loader] = end
+        return min(start, end), end
 
     def job_seconds(self, interval: Interval) -> float | None:
         """How long the job took for what the interval holds, on the job's own clock: from the last interval's

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from loadertop.core.engine.wording import clock
 from loadertop.core.model.events import (
     Event,
     Notice,
@@ -33,6 +34,7 @@ class TrialCount:
     _phases: dict[int, str] = field(default_factory=dict)  # trial index -> the phase of the decision that chose it
     t: float = 0.0  # the sweep's clock: its latest probe tick
     finished_at: list[float] = field(default_factory=list)  # the clock at each trial's end
+    launched_at: float | None = None  # the clock when the running trial was launched (None between trials)
     trial_seconds: float = 8.0  # the sweep's trial budget
 
     def apply(self, event: Event) -> bool:
@@ -41,6 +43,7 @@ class TrialCount:
             self.planned = self.total = len(event.planned)
             self.added, self._phases = {}, {}
             self.t, self.finished_at, self.trial_seconds = 0.0, [], event.settings.trial_seconds
+            self.launched_at = None
             return True
         if isinstance(event, ProbeSample):
             self.t = max(self.t, event.t)
@@ -49,9 +52,12 @@ class TrialCount:
             self._phases[event.index] = event.search
             return False
         if isinstance(event, TrialLaunched | TrialStarted):
+            if self.launched_at is None:
+                self.launched_at = self.t
             return self._grow(event.index, event.total)
         if isinstance(event, TrialFinished):
             self.finished_at.append(self.t)
+            self.launched_at = None
             # A trial reported without a launch: one the memory guard or the DataLoader's knob rules skipped.
             unlaunched = "skipped" if event.result.status == "skipped" else "search"
             return self._grow(event.result.index, event.result.index + 1, unlaunched)
@@ -66,15 +72,32 @@ class TrialCount:
         self.total = total
         return True
 
-    def eta(self) -> float:
+    def eta(self) -> float | None:
         """Seconds left: the mean finished trial's time (before one has finished, the trial budget and STARTUP_S)
-        times the trials to go, less the time the running one has had."""
+        for each trial to go, less the time the running one has had since its launch (the setup before the first
+        trial, the dataset's build and check, is not a trial's). None when the running trial has outlasted that
+        guess: how long it has left is not known."""
         remaining = self.total - len(self.finished_at)
         if remaining <= 0:
             return 0.0
         done = self.finished_at[-1] if self.finished_at else 0.0
         per_trial = done / len(self.finished_at) if self.finished_at else self.trial_seconds + STARTUP_S
-        return max(0.0, per_trial * remaining - (self.t - done))
+        if self.launched_at is None:
+            return per_trial * remaining
+        running = per_trial - (self.t - self.launched_at)
+        return None if running <= 0 else running + per_trial * (remaining - 1)
+
+    def left(self) -> str:
+        """The time left as a face says it: '~1:05 left', or what is known once the running trial outlasts its
+        guess ('last trial over its estimate', '~0:40 left after this trial') rather than a false '~0:00 left'."""
+        eta = self.eta()
+        if eta is not None:
+            return f"~{clock(eta)} left"
+        after = self.total - len(self.finished_at) - 1
+        if after <= 0:
+            return "last trial, over its estimate"
+        per_trial = self.finished_at[-1] / len(self.finished_at) if self.finished_at else self.trial_seconds + STARTUP_S
+        return f"~{clock(per_trial * after)} left after this trial"
 
     def why(self) -> str:
         """'8 planned +1 refine +3 repeat' once the search has added trials, else ''."""

@@ -23,7 +23,7 @@ from collections.abc import Iterator, Sequence
 from loadertop.core.engine.search.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
 from loadertop.core.engine.search.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.search.refine import SearchOver, refine
-from loadertop.core.engine.search.rungs import at_least, ladder, memory_cap, top_above
+from loadertop.core.engine.search.rungs import at_least, memory_cap, plan_rungs, top_above
 from loadertop.core.engine.search.saturation import confirm, saturated
 from loadertop.core.engine.search.state import SearchState
 from loadertop.core.engine.verdict.band import Noise, choose, noise_band
@@ -31,6 +31,7 @@ from loadertop.core.engine.verdict.stops import CEILING, FAULT, FLAT, MEMORY, PE
 from loadertop.core.engine.verdict.transport_bound import consumer_ceilings, transport_stop
 from loadertop.core.engine.verdict.usl import past_peak, trusted, workers_to_reach
 from loadertop.core.engine.wording import cpu_text, pct, signed, sps, workers
+from loadertop.core.machine.facts import usable_cpus
 from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.figures import at_least_within, faster_beyond
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, TrialResult, UslFit
@@ -47,15 +48,19 @@ def make_planner(settings: Settings, only: Sequence[TrialConfig] | None = None) 
     if only:
         return RowRerun(only)
     if settings.search == "adaptive":
-        return AdaptivePlanner(settings)
+        return AdaptivePlanner(settings, cpus=usable_cpus())
     return GridPlanner(settings.trial_configs())
 
 
 class AdaptivePlanner:
     reruns_rows = False
 
-    def __init__(self, settings: Settings, space: Sequence[TrialConfig] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, space: Sequence[TrialConfig] | None = None, *, cpus: int | None = None
+    ) -> None:
+        """`cpus`: the usable CPUs, for the plan listed before the machine is known (setup says them again)."""
         self.state = SearchState(settings, space if space is not None else settings.trial_configs())
+        self.state.cpus = cpus
         self.settings = settings
         self.tol = settings.tolerance
         self.space = self.state.space
@@ -72,7 +77,7 @@ class AdaptivePlanner:
         self._keep = False  # in the finalists' head-to-head: their trials keep their workers between runs
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
-            self._projection = [self.state.at(n) for n in ladder(self.counts, self.counts[0], self.counts[-1])]
+            self._project(self.counts[0])
 
     @property
     def trace(self) -> list[SearchStep]:
@@ -90,8 +95,15 @@ class AdaptivePlanner:
         ahead = [c for c in self._projection if c not in self._proposed]
         return tuple(self._proposed) + tuple(ahead)
 
+    def _project(self, start: int) -> None:
+        """The rungs the plan lists from `start` on: within the memory budget, at most one past the CPUs (rungs.py)."""
+        cpus = max(1, self.state.cpus // self.settings.ranks) if self.state.cpus else None
+        self._projection = [self.state.at(n) for n in plan_rungs(self.counts, start, cpus, self._fits)]
+
     def setup(self, machine: MachineInfo, ceilings: Sequence[Ceiling]) -> None:
         self.state.cpus = machine.usable_cpus
+        if self._projection and not self._proposed:
+            self._project(self.counts[0])
         room = [machine.mem_available_mb]
         if machine.cgroup_mem_headroom_mb is not None:
             room.append(machine.cgroup_mem_headroom_mb)
@@ -311,7 +323,7 @@ class AdaptivePlanner:
             f"{workers(n)}: {sps(t):.0f} samples/s{cpu}{clear}; {why}: {workers(nxt)}",
             self.state.at(nxt).label(),
         )
-        self._projection = [self.state.at(m) for m in ladder(self.counts, nxt, self.counts[-1])]
+        self._project(nxt)
         return nxt
 
     # -- 2. refine: engine/search/refine.py ----------------------------------------------------------------------

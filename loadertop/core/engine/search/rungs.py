@@ -44,3 +44,16 @@ def memory_cap(n: int, t: TrialResult, budget_mb: float | None) -> int | None:
     if not per_worker or per_worker <= 0:
         return None
     return n + int((budget_mb - t.total_pss_mb) // per_worker)
+
+
+def plan_rungs(counts: Sequence[int], start: int, cpus: int | None, fits: int | None) -> list[int]:
+    """The rungs a plan lists from `start`: the ladder, but none past the memory budget (`fits`: the most workers
+    it allows), and past the usable CPUs no more than one rung ahead. An I/O-bound loader may climb far past the
+    cores, but only while the rung it measured paid: the plan shows the next rung when the climb chooses it,
+    rather than promising rungs a CPU-bound loader never reaches."""
+    rungs = [r for r in ladder(counts, start, counts[-1]) if fits is None or r <= fits or r == start]
+    if cpus:
+        past = next((i for i, r in enumerate(rungs) if r > cpus), None)
+        if past is not None:
+            rungs = rungs[: past + 1]
+    return rungs

@@ -85,7 +85,7 @@ class HeaderPane(Pane[SweepState]):
                 parts.append(f" {config.label()}")
             else:
                 parts.append(f"starting ({_trials(state.total)} planned)")
-            parts.append(f" · {clock(state.t)} elapsed · ~{clock(state.eta())} left")
+            parts.append(f" · {clock(state.t)} elapsed · {state.count.left()}")
             if state.only:
                 parts.append(" · row rerun")
             if state.paused:

@@ -39,7 +39,7 @@ PANES_HELP = (
     (
         "Table",
         "one row per configuration: ★ recommended, ◆ knee, ≈ within noise of the best, ▸ running, › highlighted "
-        "(the cursor). Δ prev compares with the previous run (after r, enter, + or -). ←/→ scroll it. After the "
+        "(the cursor). vs prev compares with the previous run (after r, enter, + or -). ←/→ scroll it. After the "
         "sweep the highlighted row's trial fills the memory and throughput panes.",
     ),
 )

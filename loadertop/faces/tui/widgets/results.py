@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from loadertop.core.engine import Report, ReportRow, config_cells, ordered
+from loadertop.core.engine import HEADERS, Report, ReportRow, config_cells, ordered
 from loadertop.core.model.config import TrialConfig
 from loadertop.faces.tui.state import Row, SweepState
 
@@ -31,7 +31,7 @@ COLUMNS = (  # (label, the report's column key)
     ("pers", "persist"),
     ("samples/s", "samples/s"),
     ("±", "spread"),
-    ("Δ prev", "change"),
+    (HEADERS["change"], "change"),  # the report's name: one column, one name in every face
     ("stall", "stall"),
     ("p99 ms", "p99"),
     ("1st", "first"),
@@ -43,10 +43,26 @@ COLUMNS = (  # (label, the report's column key)
 LEFT = ("cursor", "mark", "status")
 
 NOT_OK = ("failed", "skipped")
+# The status column's room at 120 columns (the last column: past it the table scrolls); longer texts are cut at a
+# word, with "…"; the throughput pane of the highlighted row says the whole of a failure.
+STATUS_WIDTH = 24
 UNMEASURED = (*NOT_OK, "not run", "interrupted")  # said in the samples/s column, visible at 80 columns
 
 
-def status_text(row: Row, measured: ReportRow | None = None) -> str:
+def status_text(row: Row, measured: ReportRow | None = None, width: int = STATUS_WIDTH) -> str:
+    return fit(_status(row, measured), width)
+
+
+def fit(text: str, width: int) -> str:
+    """`text` whole, or cut at the last word that fits, with "…"."""
+    if len(text) <= width:
+        return text
+    cut = text[: width - 1].rstrip()
+    word = cut.rsplit(" ", 1)[0].rstrip(" ·:,") if " " in cut else cut
+    return f"{word if len(word) >= width // 2 else cut}…"
+
+
+def _status(row: Row, measured: ReportRow | None) -> str:
     result = row.result
     if row.status in NOT_OK and result is not None:
         why = (result.error or result.reason or "no reason given").strip()
@@ -56,7 +72,7 @@ def status_text(row: Row, measured: ReportRow | None = None) -> str:
     if row.status == "queued":
         return "rerun queued"
     if row.status == "not needed":
-        return "not needed (search settled)"
+        return "not needed"  # a rung the search settled without (docs/tui.md says so)
     parts = [row.status]
     if row.status == "ok" and measured is not None:
         if measured.ok_runs > 1:
@@ -85,9 +101,17 @@ class ResultsTable(DataTable[Text]):
         self._pointed: int | None = None  # the row that shows POINTER
 
     def on_mount(self) -> None:
-        for label, key in COLUMNS:
-            self.add_column(label, key=key)
         self.update_view()
+
+    def _columns(self, shown: tuple[str, ...]) -> None:
+        """Lay out the columns `shown` (keys) when they changed: an empty "vs prev" (no previous run yet) gives
+        its room to the status."""
+        if tuple(str(c.key.value) for c in self.ordered_columns) == shown:
+            return
+        self.clear(columns=True)
+        for label, key in COLUMNS:
+            if key in shown:
+                self.add_column(label, key=key)
 
     def selected_config(self) -> TrialConfig | None:
         if not self.configs or self.cursor_row < 0 or self.cursor_row >= len(self.configs):
@@ -103,8 +127,15 @@ class ResultsTable(DataTable[Text]):
         self.configs = ordered(rows)
         report = self.state.report()  # built here: on a trial's start or end, not per sample
         theme = self.app.theme_variables
-        for config in self.configs:
-            self.add_row(*self._cells(rows[config], report, theme), key=str(len(self.rows)))
+        cells = [self._cells(rows[config], report, theme, STATUS_WIDTH) for config in self.configs]
+        compared = any(row["change"].plain for row in cells)
+        if compared:  # the "vs prev" column takes its room from the status
+            narrow = STATUS_WIDTH - len(HEADERS["change"]) - 2
+            cells = [self._cells(rows[config], report, theme, narrow) for config in self.configs]
+        shown = tuple(key for _, key in COLUMNS if compared or key != "change")
+        self._columns(shown)
+        for row in cells:
+            self.add_row(*(row[key] for key in shown), key=str(len(self.rows)))
         if keep in self.configs:
             self.move_cursor(row=self.configs.index(keep), animate=False)
         self._point(self.cursor_row)
@@ -124,9 +155,9 @@ class ResultsTable(DataTable[Text]):
             self.update_cell_at(Coordinate(row, 0), Text(POINTER, style="bold"))
             self._pointed = row
 
-    def _cells(self, row: Row, report: Report | None, theme: dict[str, str]) -> list[Text]:
+    def _cells(self, row: Row, report: Report | None, theme: dict[str, str], width: int) -> dict[str, Text]:
         measured = report.row_for(row.config) if report is not None else None
-        values = _values(row, report, measured)
+        values = _values(row, report, measured, width)
         if self.state.only and not row.compared:
             values["change"] = ""  # not rerun: this row has nothing new to compare
         style = _row_style(row, measured, theme)
@@ -144,10 +175,10 @@ class ResultsTable(DataTable[Text]):
             bad = Style.parse(theme.get("error" if row.status == "failed" else "warning", "red"))
             cells["samples/s"].stylize(bad)
             cells["status"].stylize(bad)
-        return [cells[key] for _, key in COLUMNS]
+        return cells
 
 
-def _values(row: Row, report: Report | None, measured: ReportRow | None) -> dict[str, str]:
+def _values(row: Row, report: Report | None, measured: ReportRow | None, width: int) -> dict[str, str]:
     """The report's cells for this row's configuration, with the live status where the table says it."""
     values = dict.fromkeys((key for _, key in COLUMNS), "")
     if measured is not None and report is not None:
@@ -158,7 +189,7 @@ def _values(row: Row, report: Report | None, measured: ReportRow | None) -> dict
         values["samples/s"] = row.status
     if row.status == "running" and not values["mark"]:
         values["mark"] = "▸"
-    values["status"] = status_text(row, measured)
+    values["status"] = status_text(row, measured, width)
     return values
 
 
