@@ -18,7 +18,13 @@ from loadertop.core.engine.report.rows import HEADERS, KNEE, RECOMMENDED
 from loadertop.core.model.config import Settings, settings_options
 from loadertop.core.model.live import JobRanks, LiveSnapshot, RankRow
 from loadertop.core.model.results import SweepResult
-from loadertop.faces.cli import build_attach_parser, build_parser, build_run_parser, build_stages_parser
+from loadertop.faces.cli import (
+    build_attach_parser,
+    build_parser,
+    build_report_parser,
+    build_run_parser,
+    build_stages_parser,
+)
 from loadertop.faces.tui.widgets.results import COLUMNS as TUI_COLUMNS
 
 pytestmark = pytest.mark.unit
@@ -36,6 +42,7 @@ FOREIGN = {
     *("--check", "--min-confidence"),  # ruff format, vulture
     "--epochs",  # the example's train.py
     *("--count", "--repeats", "--fake", "--mb-per-s", "--port"),  # imagefolder's generator, benchmarks, tests
+    *("--no-sandbox", "--disable-gpu", "--window-size", "--screenshot"),  # chromium, for a report
 }
 
 
@@ -51,6 +58,7 @@ def parsers() -> dict[str, argparse.ArgumentParser]:
         "attach": build_attach_parser(),
         "run": build_run_parser(),
         "stages": build_stages_parser(),
+        "report": build_report_parser(),
     }
 
 
