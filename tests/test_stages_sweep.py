@@ -18,7 +18,7 @@ from reason_checks import contradictions
 from test_reason_truth import IO_WAITING, PLAIN, SATURATING, machine, trial
 from test_stages import judged, measurement
 
-from loadertop.core.engine.drive.stages_run import StagesCancelled, communicate, kill_group
+from loadertop.core.engine.drive.stages_child import StagesCancelled, communicate, kill_group
 from loadertop.core.engine.verdict import stage_ceilings as arithmetic
 from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.engine.verdict.stage_plan import ROUNDS_S, START_S, plan_stages, sample_seconds

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadertop.core.engine.drive.stages_run import StagesCancelled, run_child
+from loadertop.core.engine.drive.stages_child import StagesCancelled, run_child
 from loadertop.core.engine.verdict.stage_ceilings import beside_of
 from loadertop.core.engine.verdict.stage_plan import StagesPlan, fastest_batch, plan_stages
 from loadertop.core.engine.verdict.stage_verdict import judge_stages
