@@ -18,10 +18,10 @@ from reason_checks import contradictions
 from test_reason_truth import IO_WAITING, PLAIN, SATURATING, machine, trial
 from test_stages import judged, measurement
 
-from loadertop.core.engine.drive.stages_child import StagesCancelled, communicate, kill_group
+from loadertop.core.engine.drive.stages_child import StagesCancelled, exchange, kill_group
 from loadertop.core.engine.verdict import stage_ceilings as arithmetic
 from loadertop.core.engine.verdict.outcome import conclude
-from loadertop.core.engine.verdict.stage_plan import ROUNDS_S, START_S, plan_stages, sample_seconds
+from loadertop.core.engine.verdict.stage_plan import COLD_START_S, START_S, plan_stages, sample_seconds
 from loadertop.core.engine.verdict.stage_verdict import judge_stages
 from loadertop.core.model.results import Ceiling, SweepResult
 from loadertop.core.model.stages import Stage, StagesReport
@@ -43,23 +43,25 @@ def decode_heavy() -> StagesReport:
 
 @unit
 def test_by_default_the_stages_run_only_when_they_cost_at_most_5_percent_of_the_sweep() -> None:
-    trials = [trial(0, 0, 100.0, 100.0, 100.0, 0.6)]  # 10 ms a sample at 0 workers
-    cost = START_S + ROUNDS_S + 6 * 32 * 0.01  # the child's start, the rounds, six batches of samples
-    short = plan_stages("auto", trials, 60.0, None, 32)
+    trials = [trial(0, 0, 100.0, 100.0, 100.0, 0.6)]  # 10 ms a sample at 0 workers: 0.32 s a batch
+    cost = START_S + 4 * 0.32 + 2 * 0.32  # the forked child's start, two rounds of every way, two first batches
+    short = plan_stages("auto", trials, 30.0, None, 32, warm=True)
     assert not short.run and "more than 5%" in short.why and "--stages" in short.why
-    long = plan_stages("auto", trials, 200.0, None, 32)
-    assert long.run and long.timeout_s == pytest.approx(2 * cost + START_S)
-    built = plan_stages("auto", trials, 200.0, 5.0, 32)  # a dataset that takes 5 s to build costs 5 s more
+    long = plan_stages("auto", trials, 80.0, None, 32, warm=True)
+    assert long.run and long.timeout_s == pytest.approx(2 * cost + COLD_START_S) and "4% of the sweep's" in long.why
+    cold = plan_stages("auto", trials, 80.0, None, 32, warm=False)  # a fresh process imports torch first
+    assert not cold.run
+    built = plan_stages("auto", trials, 80.0, 5.0, 32, warm=True)  # a dataset that takes 5 s to build costs 5 s more
     assert not built.run
 
 
 @unit
 def test_no_stages_never_runs_them_and_stages_always_does() -> None:
-    assert not plan_stages("off", [], 1000.0, None, 32).run
-    assert plan_stages("on", [], 1.0, None, 64).run
-    assert plan_stages("on", [], 1.0, None, 64).batch_size == 64
+    assert not plan_stages("off", [], 1000.0, None, 32, warm=True).run
+    assert plan_stages("on", [], 1.0, None, 64, warm=False).run
+    assert plan_stages("on", [], 1.0, None, 64, warm=False).batch_size == 64
     failed = [dataclasses.replace(trial(0, 0, 100.0, 100.0, 100.0, 0.6), status="failed", samples_per_s=None)]
-    unknown = plan_stages("auto", failed, 1000.0, None, 32)  # nothing says what a sample costs: not guessed
+    unknown = plan_stages("auto", failed, 1000.0, None, 32, warm=True)  # nothing says what a sample costs: not guessed
     assert not unknown.run and "no trial finished" in unknown.why
 
 
@@ -192,7 +194,7 @@ def test_a_cancel_kills_the_stages_child_at_once() -> None:
     begun = time.monotonic()
     try:
         with pytest.raises(StagesCancelled):
-            communicate(child, b"request\n", 60.0, cancel)
+            exchange(child, b"request\n", 60.0, cancel)
         assert time.monotonic() - begun < 30  # not the child's 60 s
     finally:
         kill_group(child)

@@ -37,6 +37,7 @@ class ForkRunner:
     limits: dict[str, tuple[int, int]]
     cpus: tuple[int, ...]
     umask: int
+    main: str = "runner"  # what the child runs: "runner" (trial/runner.py), "stages" (trial/stages_main.py)
 
 
 @dataclass(frozen=True)

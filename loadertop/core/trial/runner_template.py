@@ -96,9 +96,14 @@ def _become_runner(request: ForkRunner, fds: list[int]) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own stdin, for its whole life)
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        from loadertop.core.trial.runner import main as runner_main
+        if request.main == "stages":  # `loadertop stages`' child, for a sweep's stages step
+            from loadertop.core.trial.stages_main import main as stages_main
 
-        code = runner_main()
+            code = stages_main(sys.stdin)
+        else:
+            from loadertop.core.trial.runner import main as runner_main
+
+            code = runner_main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -15,8 +16,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 from loadertop.core.engine.drive.runner_link import log_tail, runner_tmp
+from loadertop.core.engine.drive.runner_start import ForkedRunner, fork_runner
 from loadertop.core.model.config import DataError, UsageError
 from loadertop.core.model.stages import StagesMeasurement
 from loadertop.core.model.stages_protocol import (
@@ -42,25 +45,29 @@ def child_env(tmp: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path, "TMPDIR": str(tmp)}
 
 
+Child = subprocess.Popen[bytes] | ForkedRunner
+
+
 def run_child(
     request: StagesRequest,
     timeout: float,
     cancel: threading.Event | None = None,
     started: Callable[[int], None] | None = None,
     hint: str = " (--timeout S allows more)",
+    warm: bool = False,
 ) -> StagesMeasurement:
     """Start the child, hand it the request, wait for its answer (at most `timeout` seconds, StagesCancelled once
-    `cancel` is set), kill what is left. `started` hears the child's pid (its process group's id) first."""
+    `cancel` is set), kill what is left. `started` hears the child's pid (its process group's id) first. `warm`: fork
+    it from the runner template, which has torch imported (a sweep's runner left it warm), where one can be had."""
     tmp = runner_tmp()
     log_path = tmp / "stages.log"
     try:
         with open(log_path, "wb") as log:
-            child = subprocess.Popen(list(CHILD_ARGV), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
-                                     start_new_session=True, env=child_env(tmp))  # fmt: skip
+            child = start_child(child_env(tmp), log, warm, cancel)
             try:
                 if started is not None:
                     started(child.pid)
-                out = communicate(child, encode(request).encode(), timeout, cancel)
+                out = exchange(child, encode(request).encode(), timeout, cancel)
             except subprocess.TimeoutExpired:
                 raise UsageError(f"the dataset's stages took more than {timeout:.0f} s{hint}: "
                                  f"{log_tail(log_path) or 'no output'}") from None  # fmt: skip
@@ -71,31 +78,47 @@ def run_child(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def communicate(
-    child: subprocess.Popen[bytes], request: bytes, timeout: float, cancel: threading.Event | None
-) -> bytes:
-    """The child's stdout once it exits; TimeoutExpired past `timeout`, StagesCancelled once `cancel` is set."""
-    if cancel is None:
-        return child.communicate(request, timeout=timeout)[0]
-    deadline = time.monotonic() + timeout
-    given: bytes | None = request
+def start_child(env: dict[str, str], log: BinaryIO, warm: bool, cancel: threading.Event | None) -> Child:
+    """The child in its own session: forked from the runner template when `warm` and one answers, else exec'd."""
+    forked = fork_runner(env, log.fileno(), cancel or threading.Event(), main="stages") if warm else None
+    if forked is not None:
+        return forked
+    return subprocess.Popen(list(CHILD_ARGV), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                            start_new_session=True, env=env)  # fmt: skip
+
+
+def exchange(child: Child, request: bytes, timeout: float, cancel: threading.Event | None) -> bytes:
+    """The request on the child's stdin, then its stdout until it closes; TimeoutExpired past `timeout`,
+    StagesCancelled once `cancel` is set (looked at every POLL_S)."""
+    assert child.stdin is not None and child.stdout is not None
+    with contextlib.suppress(BrokenPipeError):  # a child that died first: its stdout says so (nothing)
+        child.stdin.write(request)
+        child.stdin.close()
+    deadline, fd = time.monotonic() + timeout, child.stdout.fileno()
+    chunks: list[bytes] = []
     while True:
-        if cancel.is_set():
+        if cancel is not None and cancel.is_set():
             raise StagesCancelled
         left = deadline - time.monotonic()
-        try:
-            return child.communicate(given, timeout=max(0.0, min(POLL_S, left)))[0]
-        except subprocess.TimeoutExpired:
-            given = None  # handed over once; communicate goes on writing what is left of it
-            if left <= POLL_S:
-                raise
+        if left <= 0:
+            raise subprocess.TimeoutExpired(CHILD_ARGV[-1], timeout)
+        readable, _, _ = select.select([fd], [], [], min(POLL_S, left))
+        if readable:
+            data = os.read(fd, 1 << 16)
+            if not data:
+                return b"".join(chunks)
+            chunks.append(data)
 
 
-def kill_group(child: subprocess.Popen[bytes]) -> None:
-    """The child and everything in its session (its DataLoader workers), then the child reaped."""
+def kill_group(child: Child) -> None:
+    """The child and everything in its session (its DataLoader workers), then the child reaped, its pipes closed."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)
     child.wait()
+    for stream in (child.stdin, child.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):
+                stream.close()
 
 
 def read_answer(out: bytes, returncode: int | None, log_path: Path) -> StagesMeasurement:

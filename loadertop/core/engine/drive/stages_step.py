@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from loadertop.core.engine.drive.runner_start import template_pid
 from loadertop.core.engine.drive.stages_child import StagesCancelled, run_child
 from loadertop.core.engine.verdict.stage_ceilings import beside_of
 from loadertop.core.engine.verdict.stage_plan import StagesPlan, fastest_batch, plan_stages
@@ -35,7 +36,8 @@ class StagesOutcome:
 
 def plan_for(settings: Settings, trials: Sequence[TrialResult], sweep_s: float, machine: MachineInfo) -> StagesPlan:
     batch = fastest_batch(trials, settings.batch_sizes[0])
-    return plan_stages(settings.stages, trials, sweep_s, machine.dataset_build_s, batch)
+    warm = template_pid() is not None  # the sweep's runner came from it: the child can too
+    return plan_stages(settings.stages, trials, sweep_s, machine.dataset_build_s, batch, warm)
 
 
 def measure_stages(
@@ -52,7 +54,7 @@ def measure_stages(
                             plan.batch_size)  # fmt: skip
     begun = time.monotonic()
     try:
-        measurement = run_child(request, plan.timeout_s, cancel, started, hint=" (--no-stages skips them)")
+        measurement = run_child(request, plan.timeout_s, cancel, started, " (--no-stages skips them)", warm=True)
     except StagesCancelled:
         return StagesOutcome(None, "not measured: the sweep was stopped")
     except (UsageError, DataError) as exc:
