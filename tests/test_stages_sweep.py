@@ -45,8 +45,10 @@ def decode_heavy() -> StagesReport:
 def test_by_default_the_stages_run_only_when_they_cost_at_most_5_percent_of_the_sweep() -> None:
     trials = [trial(0, 0, 100.0, 100.0, 100.0, 0.6)]  # 10 ms a sample at 0 workers: 0.32 s a batch
     cost = START_S + 4 * 0.32 + 2 * 0.32  # the forked child's start, two rounds of every way, two first batches
-    short = plan_stages("auto", trials, 30.0, None, 32, warm=True)
-    assert not short.run and "more than 5%" in short.why and "--stages" in short.why
+    costly = plan_stages("auto", trials, 70.0, 1.0, 32, warm=True)  # 3.92 s of 70 s
+    assert not costly.run and "more than 5%" in costly.why and "--stages" in costly.why
+    short = plan_stages("auto", trials, 50.0, None, 32, warm=True)  # 2.92 s of 50 s, but a short sweep
+    assert not short.run and "less than 60 s" in short.why
     long = plan_stages("auto", trials, 80.0, None, 32, warm=True)
     assert long.run and long.timeout_s == pytest.approx(2 * cost + COLD_START_S) and "4% of the sweep's" in long.why
     cold = plan_stages("auto", trials, 80.0, None, 32, warm=False)  # a fresh process imports torch first

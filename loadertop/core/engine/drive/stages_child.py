@@ -105,6 +105,8 @@ def exchange(child: Child, request: bytes, timeout: float, cancel: threading.Eve
         readable, _, _ = select.select([fd], [], [], min(POLL_S, left))
         if readable:
             data = os.read(fd, 1 << 16)
+            if not data and cancel is not None and cancel.is_set():
+                raise StagesCancelled  # the canceller killed it (a sweep's cancel kills the group it knows)
             if not data:
                 return b"".join(chunks)
             chunks.append(data)

@@ -2,8 +2,8 @@
 
 The stages take the CPUs, so they never run beside a trial: after the last one, on the sweep's own dataset. By
 default (--stages auto) they run only when their estimated cost is at most SHARE of the time the sweep has taken so
-far: a default sweep of a minute or more pays a few seconds for them, a short sweep (a test's, --trial-seconds 1)
-does not. --stages forces them, --no-stages never runs them.
+far, and the sweep took MIN_SWEEP_S or more: a default sweep pays a few seconds for them, a short one (a quick look,
+a test's, --trial-seconds 1) is not made longer. --stages forces them, --no-stages never runs them.
 
 The estimate, from what the sweep measured:
 - the child's start: START_S when it is forked from the runner template that started the sweep's runner (torch
@@ -23,6 +23,7 @@ from loadertop.core.engine.wording import seconds as said
 from loadertop.core.model.results import TrialResult
 
 SHARE = 0.05  # of the sweep's time so far: the most the stages may cost by default
+MIN_SWEEP_S = 60.0  # a shorter sweep (a quick look, a test's) is not made longer by default
 START_S = 1.0  # forked from a warm template: the fork, a fresh worker's first batch, the hand-over (0.3 s of it)
 COLD_START_S = 3.0  # a fresh process importing torch first (2-4 s on a busy 2-CPU machine)
 ROUNDS_S = 1.0  # the rounds' time (`loadertop stages --seconds`)
@@ -80,6 +81,9 @@ def plan_stages(
     cost = estimate_s(per_sample, batch_size, build_s, warm)
     budget = SHARE * sweep_s
     share = f"~{said(cost)}, {cost / sweep_s:.0%} of the sweep's {said(sweep_s)}" if sweep_s > 0 else ""
+    if sweep_s < MIN_SWEEP_S:
+        return StagesPlan(False, f"not measured: the sweep took {said(sweep_s)}, less than {said(MIN_SWEEP_S)} "
+                                 "(--stages measures them anyway, `loadertop stages` alone)")  # fmt: skip
     if cost > budget:
         return StagesPlan(False, f"not measured: they would take {share}, more than {SHARE:.0%} of it "
                                  "(--stages measures them anyway, `loadertop stages` alone)")  # fmt: skip
