@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from reason_checks import contradictions
 from test_reason_truth import IO_WAITING, PLAIN, SATURATING, machine, trial
-from test_stages import judged, measurement
+from test_stages import DATA, judged, measurement
 
 from loadertop.core.engine.drive.stages_child import StagesCancelled, exchange, kill_group
 from loadertop.core.engine.verdict import stage_ceilings as arithmetic
@@ -24,7 +24,8 @@ from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.engine.verdict.stage_plan import COLD_START_S, START_S, plan_stages, sample_seconds
 from loadertop.core.engine.verdict.stage_verdict import judge_stages
 from loadertop.core.model.results import Ceiling, SweepResult
-from loadertop.core.model.stages import Stage, StagesReport
+from loadertop.core.model.stages import Replay, Stage, StagesReport
+from loadertop.core.model.stages_protocol import decode, encode
 from loadertop.faces.cli import build_parser, settings_from_args
 from loadertop.faces.headless import Reporter
 
@@ -108,6 +109,20 @@ def test_the_consumer_rule_rests_on_the_measured_consumer_ceiling() -> None:
     fast = judge_stages(measurement(), 2, 8192.0, arithmetic.Beside(1000.0, "alone on a cached batch of 32"))
     assert "consumer" not in {a.rule for a in fast.advice}
     assert "consumer" not in {a.rule for a in judged().advice}  # `loadertop stages` alone measures no consumer
+
+
+@unit
+def test_the_largest_stage_replayed_for_real_stands_beside_its_predicted_ceiling() -> None:
+    replay = Replay("read+decode (PIL.Image.open/convert)", 64, 0.0022, 0.0021)
+    m = measurement(replay=replay)
+    assert decode(encode(m)) == m  # the child's answer carries it
+    report = judge_stages(m, 2, 8192.0)
+    replayed = next(c for c in report.ceilings if "replayed for real" in c.name)
+    assert replayed.samples_per_s == pytest.approx(2 / (0.0021 + 0.0005 + 0.0001))  # + the hand-over, the main's
+    predicted = next(r.if_free for r in report.rows if r.stage.name == replay.stage)
+    assert f"predicted were it free: ~{predicted:.0f}" in replayed.basis and "over 64 samples" in replayed.basis
+    gone = measurement(replay=dataclasses.replace(replay, stage="no such stage"))
+    assert not any("replayed" in c.name for c in judge_stages(gone, 2, 8192.0).ceilings)
 
 
 # -- the reason citing them -----------------------------------------------------------------------------------------
@@ -206,17 +221,18 @@ def test_a_cancel_kills_the_stages_child_at_once() -> None:
 def test_a_sweep_with_stages_keeps_them_in_its_json_and_prints_them(tmp_path: Path, no_leftovers: None) -> None:
     out_json = tmp_path / "result.json"
     done = subprocess.run(
-        [sys.executable, "-m", "loadertop", "--dataset", "synthetic:cpu_ms=1,io_ms=0", "--workers", "0-1",
+        [sys.executable, "-m", "loadertop", "--dataset", f"{DATA}:slow_step", "--workers", "0-1",
          "--trial-seconds", "1", "--no-transport", "--stages", "--json", str(out_json), "--out", str(tmp_path)],
         capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     data = json.loads(out_json.read_text())
     stages = data["stages"]
-    assert stages["version"] == 1 and stages["measurement"]["dataset"] == "SyntheticDataset"
+    assert stages["version"] == 1 and stages["measurement"]["dataset"] == "Tensors"
+    assert stages["measurement"]["replay"]["stage"] == "SlowStep"  # the largest stage, a hooked one, replayed
     assert stages["rows"] and stages["ceilings"][0]["name"] == "the whole pipeline"
     assert data["stages_note"].startswith("measured in")
     kept = json.loads((Path(data["run_dir"]) / "result.json").read_text())
     assert kept["stages"] == stages
-    assert "Where the time goes (SyntheticDataset, batch 32" in done.stdout and "Ceilings:" in done.stdout
+    assert "Where the time goes (Tensors, batch 32" in done.stdout and "replayed for real" in done.stdout
     assert "stages: measuring where a sample's time goes (--stages)" in done.stderr

@@ -75,6 +75,21 @@ class LibraryShare:
 
 
 @dataclass(frozen=True)
+class Replay:
+    """A "what if" measured: the sample's largest stage (a hooked one) computed once for a batch or two, then the
+    0-worker loader run with that stage replaced by its recorded outputs: its time per sample without the stage."""
+
+    stage: str  # the stage's name, as its row
+    samples: int  # samples the replayed loader delivered
+    wall_s: float  # per sample, the 0-worker loader without the stage
+    cpu_s: float
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Replay:
+        return cls(**_checked(cls, data))
+
+
+@dataclass(frozen=True)
 class StagesMeasurement:
     """What the child measured on the user's dataset, in one process (also the protocol's message: TYPE)."""
 
@@ -104,6 +119,7 @@ class StagesMeasurement:
     lazy_imports: tuple[LazyImport, ...]
     cuda: bool
     notes: tuple[str, ...] = ()  # what was not measured, and why
+    replay: Replay | None = None  # the largest stage replayed from its recorded outputs; None: not a hooked stage
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -116,6 +132,7 @@ class StagesMeasurement:
         fields_["lazy_imports"] = tuple(LazyImport.from_dict(s) for s in fields_.get("lazy_imports") or ())
         fields_["tensors"] = tuple(fields_.get("tensors") or ())
         fields_["notes"] = tuple(fields_.get("notes") or ())
+        fields_["replay"] = Replay.from_dict(fields_["replay"]) if fields_.get("replay") else None
         return cls(**fields_)
 
 

@@ -140,9 +140,29 @@ def ceilings(stages: Sequence[Stage], cpus: int, beside: Beside = NOTHING) -> tu
         (CONSUMER, beside.consumer, beside.consumer_basis), (TRANSPORT, beside.transport, beside.transport_basis),
     ) if value is not None]  # fmt: skip
     whole = lowest(by_cpu, by_main, *(c.samples_per_s for c in swept))
+    among = f"the lowest of the {2 + len(swept)} below" if swept else "the lower of the two below"
     return (
-        Ceiling("the whole pipeline", whole, "the lowest of those below" if swept else "the lower of the two below"),
+        Ceiling("the whole pipeline", whole, among),
         Ceiling("the CPUs (workers and main process)", by_cpu, cpu_basis),
         Ceiling("the main process", by_main, main_basis),
         *swept,
     )
+
+
+def replayed(measurement: StagesMeasurement, stages: Sequence[Stage], cpus: int, beside: Beside = NOTHING) -> tuple[
+    Ceiling, ...
+]:  # fmt: skip
+    """The "what if" measured (model/stages.py Replay): the ceiling with the largest stage's outputs replayed, from
+    the 0-worker loader's CPU per sample without it plus the hand-over's and the main process's, beside the one
+    predicted were the stage free. Empty when nothing was replayed."""
+    replay = measurement.replay
+    stage = next((s for s in stages if replay is not None and s.name == replay.stage), None)
+    if replay is None or stage is None:
+        return ()
+    past = sum(s.cpu_s or 0.0 for s in stages if s.part != "sample")  # the hand-over's, the main process's
+    cpu_s = replay.cpu_s + past
+    measured = lowest(cpu_ceiling(cpus, cpu_s), main_ceiling(main_seconds(stages)), beside.consumer, beside.transport)
+    predicted = if_free(stage, stages, cpus, beside)
+    basis = (f"{cpus} CPUs ÷ {num(cpu_s * 1000, 2)} CPU ms per sample, its outputs computed once and replayed over "
+             f"{replay.samples} samples; predicted were it free: ~{num(predicted)}")  # fmt: skip
+    return (Ceiling(f"were {replay.stage} cached (replayed for real)", measured, basis),)

@@ -25,7 +25,7 @@ def judge_stages(
         gap=arithmetic.gap_of(measurement),
         cpus=cpus,
         pipeline_cpu_s=arithmetic.pipeline_cpu(stages),
-        ceilings=arithmetic.ceilings(stages, cpus, beside),
+        ceilings=(*arithmetic.ceilings(stages, cpus, beside), *arithmetic.replayed(measurement, stages, cpus, beside)),
         advice=advise(Facts(measurement, stages, rows, cpus, mem_available_mb, beside)),
         mem_available_mb=mem_available_mb,
     )
