@@ -29,6 +29,7 @@ from loadertop.core.engine.drive.dataset_check import DatasetCheck, check_datase
 from loadertop.core.engine.drive.preflight_run import PreflightRun
 from loadertop.core.engine.drive.request import SweepRequest
 from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, start_runner
+from loadertop.core.engine.drive.runner_start import keep_warm
 from loadertop.core.engine.drive.stages_step import StagesOutcome, measure_stages, plan_for
 from loadertop.core.engine.drive.trial_watch import TrialWatch
 from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
@@ -254,6 +255,8 @@ class Sweep:
                 trial, self._raised = self._kept_or_skipped(index, config), None
                 if trial is None:
                     runner = self._live(runner)
+                    if self.settings.stages != "off":
+                        keep_warm()  # the stages child at the end is forked from the template, torch imported
                     trial = self._run_trial(runner, index, config)
                 trial = self._node_share(index, config, trial)
                 if trial is None or (trial.status == "failed" and self._cancel.is_set() and not self.node_break):

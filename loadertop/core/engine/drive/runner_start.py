@@ -26,6 +26,7 @@ from typing import IO
 
 from loadertop.core.model.template_protocol import (
     ForkRunner,
+    KeepWarm,
     RunnerForked,
     TemplateMessage,
     TemplateReady,
@@ -168,6 +169,15 @@ _template: RunnerTemplate | None = None
 def template_pid() -> int | None:
     """The pid of this process's runner template, if one is running (tests tell it from a leftover by this)."""
     return _template.proc.pid if _template is not None and _template.proc.poll() is None else None
+
+
+def keep_warm() -> None:
+    """Tell this process's template, if one is ready, that a sweep still runs: it stays for the sweep's end (its
+    stages child is forked from it) instead of leaving after its idle minutes. Never blocks, never fails."""
+    with _lock:
+        if _template is not None and _template.ready and _template.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                _template.sock.send(encode(KeepWarm()), socket.MSG_DONTWAIT)
 
 
 def fork_runner(
