@@ -140,7 +140,7 @@ def ceilings(stages: Sequence[Stage], cpus: int, beside: Beside = NOTHING) -> tu
         (CONSUMER, beside.consumer, beside.consumer_basis), (TRANSPORT, beside.transport, beside.transport_basis),
     ) if value is not None]  # fmt: skip
     whole = lowest(by_cpu, by_main, *(c.samples_per_s for c in swept))
-    among = f"the lowest of the {2 + len(swept)} below" if swept else "the lower of the two below"
+    among = f"the lowest of the next {2 + len(swept)}" if swept else "the lower of the two below"
     return (
         Ceiling("the whole pipeline", whole, among),
         Ceiling("the CPUs (workers and main process)", by_cpu, cpu_basis),
