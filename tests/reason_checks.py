@@ -18,6 +18,8 @@ ARE_SLOWER = re.compile(r"are slower \((\d+) vs (\d+) samples/s")
 REPEAT = re.compile(r" \(repeat of #\d+\)$")
 BEST = re.compile(r", (within noise of )?best(;|$)")  # a clause of its own: a note may follow it after a ";"
 NO_SPEED = re.compile(r"no speed \((\d+) vs (\d+) samples/s, within ([\d.]+)%\)")
+CITED = re.compile(r"where the CPU goes: (.+?) is ([\d.]+)% of the CPU time per sample")
+DOMINATES = 0.5  # a stage cited as where the CPU goes holds at least this much of it
 
 
 def contradictions(result: SweepResult) -> list[str]:
@@ -33,6 +35,7 @@ def contradictions(result: SweepResult) -> list[str]:
         found += [f"recommendation: {p}" for p in _clauses(chosen, rec.reason, ok, tol, cpus)]
         found += [f"recommendation: {p}" for p in _comparisons(rec.reason)]
         found += [f"recommendation: {p}" for p in _same_bound(chosen, rec.reason)]
+        found += [f"recommendation: {p}" for p in _stage_citation(result, chosen, rec.reason)]
         curve = curve_of(ok, chosen)  # the engine's curve of the recommendation (a 0-worker pick: its family's)
         if result.knee is not None:
             found += [f"knee: {p}" for p in _knee(result, curve, tol)]
@@ -87,6 +90,25 @@ def _same_bound(row: TrialResult, why: str) -> list[str]:
     if said is None or first is None or said.group(1) == first.group(1):
         return []
     return [f"the row says {said.group(0)}, the Why {first.group(0)}: {row.reason} | {why}"]
+
+
+def _stage_citation(result: SweepResult, row: TrialResult, why: str) -> list[str]:
+    """A stage cited as where the CPU goes is the result's own stages' largest by CPU, at the share they hold (to the
+    rounding of a percent), dominating it, and cited only for a recommendation its row calls CPU-bound."""
+    problems = []
+    rows = result.stages.rows if result.stages is not None else ()
+    for name, share in CITED.findall(why):
+        cited = next((r for r in rows if r.stage.name == name), None)
+        if cited is None or cited.cpu_share is None:
+            problems.append(f"cites {name!r}, which the result's stages do not measure: {why}")
+            continue
+        if abs(cited.cpu_share * 100 - float(share)) > 0.51 or cited.cpu_share < DOMINATES:
+            problems.append(f"cites {name!r} at {share}% when the stages say {cited.cpu_share:.1%}: {why}")
+        if any((r.cpu_share or 0.0) > cited.cpu_share for r in rows if r.stage.kind != "unattributed"):
+            problems.append(f"cites {name!r}, not the largest stage by CPU: {why}")
+        if not row.reason.startswith("CPU-bound"):
+            problems.append(f"cites where the CPU goes when the row says {row.reason!r}")
+    return problems
 
 
 def _comparisons(reason: str) -> list[str]:

@@ -116,8 +116,9 @@ def test_the_api_keywords_are_typed_one_per_option_by_its_kind() -> None:
 def test_defaults_are_the_fields_own(api_settings: ApiSettings) -> None:
     # The parser declares no default: a flag not given is the Settings field's default (workers: `auto`).
     built = cli_settings()
-    assert dataclasses.replace(built, workers=Settings().workers, transport=False) == Settings()
+    assert dataclasses.replace(built, workers=Settings().workers, transport=False, stages="off") == Settings()
     assert built.transport and api_settings().transport  # users get the transport ceiling; tests' Settings() skip it
+    assert built.stages == api_settings().stages == "auto"  # users get the stages when cheap; tests' Settings() not
 
 
 BAD = [

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from loadertop.core.engine.drive.runner_link import start_runner
-from loadertop.core.engine.drive.runner_start import template_pid
+from loadertop.core.engine.drive.runner_start import keep_warm, template_pid
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked, CheckRequest
 
@@ -44,6 +44,14 @@ def test_sweeps_in_one_process_fork_their_runners_from_one_template(tmp_path: Pa
     assert template is not None and parent == parent_again == template and first != second
     assert "runner_template" in " ".join(psutil.Process(template).cmdline())
     assert not psutil.pid_exists(first) or psutil.Process(first).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_template_kept_warm_by_a_sweep_still_forks_its_runners(tmp_path: Path) -> None:
+    _, parent = started(tmp_path, "a")
+    keep_warm()  # not answered: the next fork's reply is the fork's
+    keep_warm()
+    _, parent_again = started(tmp_path, "b")
+    assert parent == parent_again == template_pid()
 
 
 def test_a_template_that_is_gone_is_started_again(tmp_path: Path) -> None:

@@ -59,7 +59,9 @@ def test_webdataset_shards_show_the_tar_read_apart_from_the_decode(tmp_path: Pat
     _, stages = measured_in_process(dataset)
     by_kind = {s.kind: s for s in stages}
     assert by_kind["read"].name.startswith("read (tar shards, webdataset:"), by_kind["read"]
-    assert by_kind["decode"].name.startswith("decode (WebDatasetShards.decode → PIL"), by_kind["decode"]
+    # The libraries are named in the order of their measured shares: PIL's and numpy's are close
+    assert by_kind["decode"].name.startswith("decode (WebDatasetShards.decode → "), by_kind["decode"]
+    assert "PIL" in by_kind["decode"].name, by_kind["decode"]
     assert (by_kind["read"].cpu_s or 0.0) > 0 and (by_kind["decode"].cpu_s or 0.0) > 0
 
 

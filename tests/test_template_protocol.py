@@ -3,6 +3,7 @@ another version refused, a malformed request named."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import resource
 
@@ -11,6 +12,7 @@ import pytest
 from loadertop.core.model.template_protocol import (
     TEMPLATE_PROTOCOL_VERSION,
     ForkRunner,
+    KeepWarm,
     RunnerForked,
     TemplateReady,
     decode,
@@ -29,7 +31,9 @@ def test_each_message_round_trips() -> None:
         cpus=(0, 1),
         umask=0o022,
     )
-    for message in (TemplateReady(version=TEMPLATE_PROTOCOL_VERSION, pid=7), request, RunnerForked(pid=8)):
+    stages = dataclasses.replace(request, main="stages")
+    for message in (TemplateReady(version=TEMPLATE_PROTOCOL_VERSION, pid=7), request, stages, RunnerForked(pid=8),
+                    KeepWarm()):  # fmt: skip
         assert decode(encode(message)) == message
 
 

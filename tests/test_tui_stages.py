@@ -3,6 +3,7 @@ while no trial runs. The sweep and the measurement are fakes here (tests/test_st
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from pathlib import Path
 
@@ -66,6 +67,19 @@ async def test_w_after_the_sweep_shows_each_stage_its_share_the_ceilings_and_the
         assert "48%" in shown  # decode: 2 of the 4.2 ms
         await pilot.press("escape")
         assert not isinstance(app.screen, StagesScreen) and app.is_running
+
+
+@sync
+async def test_w_shows_the_stages_the_sweep_measured_without_measuring_again(tmp_path: Path) -> None:
+    asked: list[Settings] = []
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=FakeSweepFactory(tmp_path), stages=asked.append)  # type: ignore[arg-type]
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: finished(app))
+        assert app.state.result is not None
+        app.state.result = dataclasses.replace(app.state.result, stages=report())  # as a sweep's stages step keeps
+        await pilot.press("w")
+        await wait_until(pilot, lambda: app.screen.report is not None)  # type: ignore[attr-defined]
+        assert "read+decode (PIL.Image.open/convert)" in body(app) and asked == []
 
 
 @sync

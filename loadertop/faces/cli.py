@@ -106,9 +106,12 @@ def add_settings(parser: argparse.ArgumentParser) -> None:
                 spec.update(action="store_const", const=opt.const)
             else:
                 spec.update(metavar=opt.metavar, action="append" if opt.kind == "pairs" else "store")
-            if opt.choices and opt.kind == "choice":  # a list of words is checked by build_settings
+            if opt.choices and opt.kind == "choice" and opt.const is None:  # words are checked by build_settings
                 spec["choices"] = opt.choices
             group.add_argument(flag, **spec)
+            if opt.off_flag:
+                group.add_argument(opt.off_flag, dest=opt.key, default=None, action="store_const", const="off",
+                                   help=f"{opt.flag}: never")  # fmt: skip
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

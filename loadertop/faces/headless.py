@@ -44,6 +44,7 @@ from loadertop.core.model.events import (
     TrialProgress,
 )
 from loadertop.core.model.results import SweepResult, TrialResult
+from loadertop.faces.headless_stages import short_section
 from loadertop.faces.headless_table import layout, output_width
 
 EXIT_FAILED = 1
@@ -254,6 +255,8 @@ class Reporter:
             self.out.print("No recommendation: every configuration failed (tracebacks: runner.log).", markup=False)
         else:
             self.out.print("No recommendation: no trial finished.")
+        if result.stages is not None:
+            self.out.print(short_section(result.stages))
         if result.interrupted:
             self.out.print(f"Interrupted: {len(result.trials)} finished trials kept.")
         self.out.print(f"Wall time {clock(result.wall_s)}; run folder {result.run_dir}", markup=False)

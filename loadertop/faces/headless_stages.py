@@ -137,6 +137,27 @@ def render(report: StagesReport, width: int) -> RenderableType:
     )
 
 
+TOP = 3  # the stages a sweep's short section lists: the largest by CPU
+
+
+def short_section(report: StagesReport) -> RenderableType:
+    """A sweep's stages in a few lines: the largest stages by CPU, the ceilings, the advice (`loadertop stages` has
+    the whole table)."""
+    m = report.measurement
+    top = sorted((r for r in report.rows if r.cpu_share is not None), key=lambda r: -(r.cpu_share or 0.0))[:TOP]
+    items = [f"{r.stage.name}: {ms(r.stage.wall_s)} ms, {ms(r.stage.cpu_s)} CPU ms per sample, {pct(r.cpu_share)} "
+             f"of the CPU" for r in top]  # fmt: skip
+    head = (f"Where the time goes ({m.dataset}, batch {m.batch_size}, 0 workers, one process: {m.samples} samples "
+            f"timed in {seconds(m.elapsed_s)}; {ms(report.pipeline_cpu_s)} CPU ms per sample in all):")  # fmt: skip
+    ceilings = [f"{c.name}: ~{rate(c.samples_per_s)} samples/s ({c.basis})" for c in report.ceilings]
+    return Group(
+        listed(head, items),
+        listed("Ceilings:", ceilings),
+        advice_block(report),
+        Text("(loadertop stages --dataset SPEC: every stage, the worker start, the libraries)", style="dim"),
+    )
+
+
 def print_stages(report: StagesReport, out: TextIO) -> None:
     """The report on `out`, at its width (a file or a pipe: $COLUMNS, else 100)."""
     width = output_width(out)

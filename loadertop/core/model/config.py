@@ -94,6 +94,7 @@ class Option:
     zero_ok: bool = False
     choices: tuple[str, ...] = ()
     const: Any = None  # a flag that takes no value and stores this
+    off_flag: str | None = None  # a second flag of the same setting that stores "off" (--no-stages beside --stages)
 
 
 def option(flag: str | None, help: str, kind: Kind, **more: Any) -> dict[str, Option]:
@@ -206,6 +207,13 @@ class Settings:
     strict: bool = field(default=False, metadata=option(
         "--strict", "a pre-flight warning (/dev/shm too small for the batches in flight, a slow pickle for spawn or "
         "forkserver workers) is an error: exit 2 before any trial", "flag", group=_HOW, const=True))
+    # Where a sample's time goes (`loadertop stages`), measured after the trials: auto (the CLI's and the API's
+    # default) when it costs little beside the sweep (engine/verdict/stage_plan.py); a Settings built directly, as
+    # the tests build hundreds, leaves it off.
+    stages: str = field(default="off", metadata=option(
+        "--stages", "after the trials, measure where a sample's time goes (the stages, their ceilings, advice) even "
+        "when it costs more than 5% of the sweep's time (default: only then); --no-stages never", "choice",
+        group=_HOW, const="on", off_flag="--no-stages", default="auto", choices=("auto", "on", "off")))
     search: str = field(default="adaptive", metadata=option(
         "--search", "adaptive (default): climb, bisect, repeat the finalists; grid: all of them", "choice",
         choices=("adaptive", "grid")))

@@ -7,6 +7,7 @@ from typing import Any
 
 from loadertop.core.model.config import Settings, TrialConfig, UsageError
 from loadertop.core.model.nodes import NodeInfo, NodeTrial
+from loadertop.core.model.stages import StagesReport
 from loadertop.core.model.status import Status
 
 RESULT_VERSION = 1  # a result file of another version is refused (check_version), never misread
@@ -281,6 +282,10 @@ class SweepResult:
     # for a Dataset.
     graph: tuple[str, ...] = ()
     loader: str = "DataLoader"  # the loader class the trials built (a factory's StatefulDataLoader stays one)
+    # Where a sample's time goes, measured after the trials on the sweep's dataset when that is cheap beside the
+    # sweep (engine/verdict/stage_plan.py) or asked for (--stages); None otherwise, and `stages_note` says why.
+    stages: StagesReport | None = None
+    stages_note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -301,6 +306,8 @@ class SweepResult:
             "preflight": [asdict(p) for p in self.preflight],
             "graph": list(self.graph),
             "loader": self.loader,
+            "stages": self.stages.to_dict() if self.stages else None,
+            "stages_note": self.stages_note,
         }
 
     @classmethod
@@ -327,7 +334,20 @@ class SweepResult:
             preflight=tuple(PreflightCheck.from_dict(p) for p in data.get("preflight") or ()),
             graph=tuple(data.get("graph") or ()),
             loader=data.get("loader") or "DataLoader",
+            **_stages(data),
         )
+
+
+def _stages(data: dict[str, Any]) -> dict[str, Any]:
+    """The result's stages, read back; a block of another stages version is left out, said in the note (the sweep's
+    own figures stay readable). A result written before the key existed has none."""
+    note = data.get("stages_note") or ""
+    if not data.get("stages"):
+        return {"stages": None, "stages_note": note}
+    try:
+        return {"stages": StagesReport.from_dict(data["stages"]), "stages_note": note}
+    except (ValueError, TypeError) as exc:
+        return {"stages": None, "stages_note": f"the stages were not read: {exc}"}
 
 
 def check_version(data: dict[str, Any]) -> None:

@@ -80,6 +80,21 @@ class LibraryShare:
 
 
 @dataclass(frozen=True)
+class Replay:
+    """A "what if" measured: the sample's largest stage (a hooked one) computed once for a batch or two, then the
+    0-worker loader run with that stage replaced by its recorded outputs: its time per sample without the stage."""
+
+    stage: str  # the stage's name, as its row
+    samples: int  # samples the replayed loader delivered
+    wall_s: float  # per sample, the 0-worker loader without the stage
+    cpu_s: float
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Replay:
+        return cls(**_checked(cls, data))
+
+
+@dataclass(frozen=True)
 class StagesMeasurement:
     """What the child measured on the user's dataset, in one process (also the protocol's message: TYPE)."""
 
@@ -114,9 +129,21 @@ class StagesMeasurement:
     # may release it. None: not profiled.
     gil_share: float | None = None
     reference: str = "a DataLoader with the dataset's collate"  # what the 0-worker time is
+    replay: Replay | None = None  # the largest stage replayed from its recorded outputs; None: not a hooked stage
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StagesMeasurement:
+        fields_ = dict(_checked(cls, data))
+        fields_["stages"] = tuple(Stage.from_dict(s) for s in fields_.get("stages") or ())
+        fields_["libraries"] = tuple(LibraryShare.from_dict(s) for s in fields_.get("libraries") or ())
+        fields_["lazy_imports"] = tuple(LazyImport.from_dict(s) for s in fields_.get("lazy_imports") or ())
+        fields_["tensors"] = tuple(fields_.get("tensors") or ())
+        fields_["notes"] = tuple(fields_.get("notes") or ())
+        fields_["replay"] = Replay.from_dict(fields_["replay"]) if fields_.get("replay") else None
+        return cls(**fields_)
 
 
 @dataclass(frozen=True)
@@ -129,6 +156,11 @@ class StageRow:
     cpu_share: float | None  # of the whole pipeline's CPU seconds per sample
     if_free: float | None  # samples/s on this machine's CPUs were this stage free
 
+    @classmethod
+    def from_dict(cls, data: Any) -> StageRow:
+        fields_ = dict(_checked(cls, data))
+        return cls(**{**fields_, "stage": Stage.from_dict(fields_.get("stage"))})
+
 
 @dataclass(frozen=True)
 class Ceiling:
@@ -137,6 +169,10 @@ class Ceiling:
     name: str  # "the whole pipeline", "the main process", "if decode were free"
     samples_per_s: float | None
     basis: str  # "2 CPUs ÷ 5.1 CPU ms per sample"
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Ceiling:
+        return cls(**_checked(cls, data))
 
 
 @dataclass(frozen=True)
@@ -148,6 +184,10 @@ class Advice:
     share: float | None  # the measured share it rests on
     ceiling: float | None  # samples/s expected if followed (None: the rule names no figure)
     text: str
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Advice:
+        return cls(**_checked(cls, data))
 
 
 @dataclass(frozen=True)
@@ -168,3 +208,18 @@ class StagesReport:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> StagesReport:
+        """The report `to_dict` wrote (a sweep's result.json keeps one). ValueError for another STAGES_VERSION or a
+        record that is not one."""
+        fields_ = dict(_checked(cls, data))
+        if fields_.get("version") != STAGES_VERSION:
+            raise ValueError(f"stages version {fields_.get('version')!r}, this loadertop reads {STAGES_VERSION}")
+        return cls(**{
+            **fields_,
+            "measurement": StagesMeasurement.from_dict(fields_.get("measurement")),
+            "rows": tuple(StageRow.from_dict(r) for r in fields_.get("rows") or ()),
+            "ceilings": tuple(Ceiling.from_dict(c) for c in fields_.get("ceilings") or ()),
+            "advice": tuple(Advice.from_dict(a) for a in fields_.get("advice") or ()),
+        })  # fmt: skip

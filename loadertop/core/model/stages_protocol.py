@@ -13,8 +13,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
-from loadertop.core.model.stages import LazyImport, LibraryShare, Stage, StagesMeasurement
-from loadertop.core.model.wire import Codec, ProtocolError, record, tuple_of
+from loadertop.core.model.stages import LazyImport, LibraryShare, Replay, Stage, StagesMeasurement
+from loadertop.core.model.wire import Codec, ProtocolError, optional, record, tuple_of
 
 __all__ = ["STAGES_PROTOCOL_VERSION", "ProtocolError", "decode", "encode"]
 
@@ -67,6 +67,7 @@ _CODEC: Codec[StagesMessage] = Codec(
         "tuple[Stage, ...]": _rows(Stage),
         "tuple[LibraryShare, ...]": _rows(LibraryShare),
         "tuple[LazyImport, ...]": _rows(LazyImport),
+        "Replay | None": (lambda replay: None if replay is None else asdict(replay), optional(record(Replay))),
     },
 )
 

@@ -3,7 +3,8 @@
 
 The template's first word is TemplateReady, with TEMPLATE_PROTOCOL_VERSION: a template of another loadertop (an
 upgrade under a long-lived notebook) is refused in one line and never asked to fork. Then each ForkRunner, sent with
-the runner's stdin, stdout and stderr as passed descriptors, is answered by RunnerForked with the new runner's pid.
+the runner's stdin, stdout and stderr as passed descriptors, is answered by RunnerForked with the new runner's pid; a
+KeepWarm (a sweep still running) only keeps it from leaving idle.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class ForkRunner:
     limits: dict[str, tuple[int, int]]
     cpus: tuple[int, ...]
     umask: int
+    main: str = "runner"  # what the child runs: "runner" (trial/runner.py), "stages" (trial/stages_main.py)
 
 
 @dataclass(frozen=True)
@@ -47,7 +49,14 @@ class RunnerForked:
     pid: int
 
 
-TemplateMessage = TemplateReady | ForkRunner | RunnerForked
+@dataclass(frozen=True)
+class KeepWarm:
+    """A sweep is still running: not idle (its stages child may be forked at its end). Not answered."""
+
+    TYPE: ClassVar[str] = "keep"
+
+
+TemplateMessage = TemplateReady | ForkRunner | RunnerForked | KeepWarm
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -57,7 +66,7 @@ def _pair(value: Any) -> tuple[int, int]:
 
 
 _CODEC: Codec[TemplateMessage] = Codec(
-    (TemplateReady, ForkRunner, RunnerForked),
+    (TemplateReady, ForkRunner, RunnerForked, KeepWarm),
     hello=TemplateReady,
     version=TEMPLATE_PROTOCOL_VERSION,
     mismatch="the runner template speaks protocol {theirs}, this loadertop {ours}",

@@ -11,9 +11,9 @@ ForkRunner of the runner's environment and working directory, with its stdin, st
 The template forks, answers with the runner's pid, and the child becomes exactly what `python -m
 loadertop.core.trial.runner` would be: its own session, those three descriptors, that environment and path. The
 kernel reaps the runners (SIGCHLD ignored here); the driver follows each through a pidfd. The template leaves when
-the socket closes (its driver is gone, killed or not) or after IDLE_SECONDS without a request, so a notebook that
-swept once does not keep torch's memory for the rest of the day. (Not PR_SET_PDEATHSIG: that fires when the
-*thread* that started us ends, and each sweep runs in a thread of its own.)
+the socket closes (its driver is gone, killed or not) or after IDLE_SECONDS without a request (a running sweep sends
+KeepWarm now and then), so a notebook that swept once does not keep torch's memory for the rest of the day. (Not
+PR_SET_PDEATHSIG: that fires when the *thread* that started us ends, and each sweep runs in a thread of its own.)
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import traceback
 from loadertop.core.model.template_protocol import (
     TEMPLATE_PROTOCOL_VERSION,
     ForkRunner,
+    KeepWarm,
     RunnerForked,
     TemplateReady,
     decode,
@@ -66,6 +67,8 @@ def main() -> int:
             request = decode(message)
         except ProtocolError:
             request = None
+        if isinstance(request, KeepWarm):  # a sweep still running: not idle
+            continue
         if not isinstance(request, ForkRunner):  # not a request of ours: leave, the driver execs its runners instead
             return 1
         pid = os.fork()
@@ -96,9 +99,14 @@ def _become_runner(request: ForkRunner, fds: list[int]) -> None:
         sys.stdin = open(0, closefd=False)  # noqa: SIM115 (the process's own stdin, for its whole life)
         sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, closefd=False)  # noqa: SIM115
-        from loadertop.core.trial.runner import main as runner_main
+        if request.main == "stages":  # `loadertop stages`' child, for a sweep's stages step
+            from loadertop.core.trial.stages_main import main as stages_main
 
-        code = runner_main()
+            code = stages_main(sys.stdin)
+        else:
+            from loadertop.core.trial.runner import main as runner_main
+
+            code = runner_main()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:

@@ -32,7 +32,7 @@ from loadertop.core.model.stages_protocol import (
     decode,
     encode,
 )
-from loadertop.core.trial import stage_boundary, stage_split
+from loadertop.core.trial import stage_boundary, stage_replay, stage_split
 from loadertop.core.trial.graph import is_graph
 from loadertop.core.trial.procs import DieWithParent, die_with_parent
 from loadertop.core.trial.stage_graph import measure_graph
@@ -143,17 +143,23 @@ def measure(request: StagesRequest) -> StagesMeasurement:
     hooks_overhead, profile_overhead = stage_split.overheads(rounds, hooks)
     plain_wall, plain_cpu = rounds.totals["plain"].per_sample()
     loader_wall, loader_cpu = rounds.totals["loader"].per_sample()
+    sample = stage_split.sample_stages(rounds, hooks, split)
+    largest = stage_replay.largest_hooked(sample, hooks)
+    budget = min(1.0, max(0.3, request.seconds / 5))
+    what_if = (stage_replay.replay(hooks, largest, fetch, lambda: iter(make(0)), request.batch_size, budget)
+               if largest else None)  # fmt: skip
     return StagesMeasurement(
         spec=request.spec, dataset=type(dataset).__name__, length=None if iterable else len(dataset),
         iterable=iterable, batch_size=request.batch_size, samples=rounds.totals["plain"].samples,
         elapsed_s=rounds.elapsed_s, sample_wall_s=plain_wall, sample_cpu_s=plain_cpu, loader_wall_s=loader_wall,
-        loader_cpu_s=loader_cpu, stages=(*stage_split.sample_stages(rounds, hooks, split), *boundary),
+        loader_cpu_s=loader_cpu, stages=(*sample, *boundary),
         libraries=stage_split.libraries(split), hooks_overhead=hooks_overhead, profile_overhead=profile_overhead,
         batch_bytes=batch_bytes, tensors=tensors, float_image_bytes=float_images,
         decoded_bytes=stage_split.decoded_bytes(hooks), first_sample_s=start.first_sample_s,
         worker_first_batch_s=start.worker_first_batch_s, main_first_batch_s=start.main_first_batch_s,
         lazy_imports=start.lazy_imports, cuda=torch.cuda.is_available(), notes=(*start.notes, *notes),
         gil_share=gil_share(rounds.profile_cpu, {Fetcher.__call__.__code__, *hooks.wrapper_codes()}),
+        replay=what_if,
     )  # fmt: skip
 
 

@@ -413,8 +413,10 @@ class LoadertopApp(NotingApp[None]):
             self.notify("the stages would take the CPUs the sweep measures with: press w after it, or pause (p) "
                         "first", severity="warning")  # fmt: skip
             return
-        settings = self.settings
-        self.push_screen(StagesScreen(lambda: self.measure_stages(settings), what=settings.dataset or "synthetic"))
+        settings, result = self.settings, self.state.result
+        kept = result.stages if result is not None and not self.state.running else None  # the sweep measured them
+        measure = (lambda: kept) if kept is not None else (lambda: self.measure_stages(settings))
+        self.push_screen(StagesScreen(measure, what=settings.dataset or "synthetic"))
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

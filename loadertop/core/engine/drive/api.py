@@ -56,6 +56,7 @@ class SweepOptions(TypedDict, total=False):
     node_rank: int
     rebuild_dataset: bool
     strict: bool
+    stages: Literal["auto", "on", "off"]
     search: Literal["adaptive", "grid"]
 
 

@@ -29,6 +29,8 @@ from loadertop.core.engine.drive.dataset_check import DatasetCheck, check_datase
 from loadertop.core.engine.drive.preflight_run import PreflightRun
 from loadertop.core.engine.drive.request import SweepRequest
 from loadertop.core.engine.drive.runner_link import Cancelled, RunnerProcess, start_runner
+from loadertop.core.engine.drive.runner_start import keep_warm
+from loadertop.core.engine.drive.stages_step import StagesOutcome, measure_stages, plan_for
 from loadertop.core.engine.drive.trial_watch import TrialWatch
 from loadertop.core.engine.nodes.node_link import NodeLink, OneNode
 from loadertop.core.engine.report.runfolder import LOG, SETTINGS, append_trial, new_run_dir, write_json, write_result
@@ -253,6 +255,8 @@ class Sweep:
                 trial, self._raised = self._kept_or_skipped(index, config), None
                 if trial is None:
                     runner = self._live(runner)
+                    if self.settings.stages != "off":
+                        keep_warm()  # the stages child at the end is forked from the template, torch imported
                     trial = self._run_trial(runner, index, config)
                 trial = self._node_share(index, config, trial)
                 if trial is None or (trial.status == "failed" and self._cancel.is_set() and not self.node_break):
@@ -278,7 +282,39 @@ class Sweep:
             trials.append(skipped)
             append_trial(self.run_dir, skipped)
             self._emit(TrialFinished(skipped))
-        self._finish(machine, trials, time.monotonic() - started)
+        stages = self._stages(machine, trials, time.monotonic() - started)
+        self._finish(machine, trials, time.monotonic() - started, stages)
+
+    def _stages(self, machine: MachineInfo, trials: list[TrialResult], sweep_s: float) -> StagesOutcome:
+        """Where a sample's time goes, once the runner and every trial are gone (stages_step.py); a row rerun keeps
+        the previous result's."""
+        if self.previous is not None and self.planner.reruns_rows:
+            return StagesOutcome(self.previous.stages, self.previous.stages_note)
+        if self._cancel.is_set() or self._stop_after.is_set():
+            return StagesOutcome(None, "not measured: the sweep was stopped")
+        if self._nodes.many or (self._check is not None and self._check.checked.graph):
+            why = "a many-node sweep" if self._nodes.many else "a torchdata.nodes graph (stages measure a Dataset)"
+            return StagesOutcome(None, f"not measured: {why}")
+        plan = plan_for(self.settings, trials, sweep_s, machine)
+        if self.settings.stages != "off":
+            self._emit(Notice("info", f"stages: {plan.why}"))
+        if not plan.run:
+            return StagesOutcome(None, plan.why)
+        try:
+            outcome = measure_stages(self.settings, plan, machine, self._ceilings, self._cancel, self._stages_started,
+                                     self.run_dir / LOG)  # fmt: skip
+        finally:
+            with self._lock:
+                self._trial_pgid = None
+        self._emit(Notice("info" if outcome.report else "warning", f"stages: {outcome.note}"))
+        return outcome
+
+    def _stages_started(self, pid: int) -> None:
+        """The stages child's process group, killed by a cancel as a trial's is."""
+        with self._lock:
+            self._trial_pgid = pid
+        if self._cancel.is_set():
+            self._signal_trial(signal.SIGKILL)
 
     def _node_share(self, index: int, config: TrialConfig, trial: TrialResult | None) -> TrialResult | None:
         """Many nodes: node 0 merges every node's share of the trial, the others send theirs. A node lost during
@@ -301,7 +337,7 @@ class Sweep:
             self.guard.learn(kept)
         self._nodes.on_break(self._on_node_break)
 
-    def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float) -> None:
+    def _finish(self, machine: MachineInfo, trials: list[TrialResult], wall_s: float, stages: StagesOutcome) -> None:
         checked = self._check.checked if self._check is not None else Checked(ok=False)  # stopped before the check
         conclusion = conclude(
             trials,
@@ -311,6 +347,7 @@ class Sweep:
             search_trace=tuple(self.planner.trace),
             dataset=DatasetFacts.of(checked),
             rerun_of=self.previous if self.planner.reruns_rows else None,  # a plain previous is only a baseline
+            stages=stages.report,
         )
         stopped = self._cancel.is_set() or self._stop_after.is_set()
         if not stopped and not self._nodes.many:  # a stop keeps what finished; many nodes: node 0's verdict
@@ -324,6 +361,7 @@ class Sweep:
             interrupted=stopped,
             wall_s=wall_s,
             nodes=self._nodes.nodes(),
+            stages_note=stages.note,
         )
         write_result(self.run_dir, self.result)
         self._emit(SweepFinished(self.result))

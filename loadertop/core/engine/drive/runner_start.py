@@ -26,6 +26,7 @@ from typing import IO
 
 from loadertop.core.model.template_protocol import (
     ForkRunner,
+    KeepWarm,
     RunnerForked,
     TemplateMessage,
     TemplateReady,
@@ -105,13 +106,13 @@ class RunnerTemplate:
                 return self.ready
         return self.ready
 
-    def fork(self, env: Mapping[str, str], stderr: int) -> ForkedRunner:
-        """A runner with this environment and stderr, and pipes for its stdin and stdout; OSError if the template
-        is gone."""
+    def fork(self, env: Mapping[str, str], stderr: int, main: str = "runner") -> ForkedRunner:
+        """A runner (`main`: or the stages child) with this environment and stderr, and pipes for its stdin and
+        stdout; OSError if the template is gone."""
         stdin_r, stdin_w = os.pipe()
         stdout_r, stdout_w = os.pipe()
         try:
-            request = encode(fork_request(env, os.getcwd()))
+            request = encode(fork_request(env, os.getcwd(), main))
             socket.send_fds(self.sock, [request], [stdin_r, stdout_w, stderr])
             readable, _, _ = select.select([self.sock], [], [], REPLY_TIMEOUT)
             reply = self._reply() if readable else None
@@ -143,13 +144,13 @@ class RunnerTemplate:
             self.proc.wait()
 
 
-def fork_request(env: Mapping[str, str], cwd: str) -> ForkRunner:
+def fork_request(env: Mapping[str, str], cwd: str, main: str = "runner") -> ForkRunner:
     """The request for a runner with this environment and directory, and what a child of this process inherits
     besides, as it is now: resource limits, the CPUs it may use, the umask (a test or a user may have lowered the
     open-file limit since the template began)."""
     limits = {name: resource.getrlimit(getattr(resource, name)) for name in dir(resource) if name.startswith("RLIMIT_")}
     cpus = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
-    return ForkRunner(env=dict(env), cwd=cwd, limits=limits, cpus=cpus, umask=_umask())
+    return ForkRunner(env=dict(env), cwd=cwd, limits=limits, cpus=cpus, umask=_umask(), main=main)
 
 
 def _umask() -> int:
@@ -170,9 +171,20 @@ def template_pid() -> int | None:
     return _template.proc.pid if _template is not None and _template.proc.poll() is None else None
 
 
-def fork_runner(env: Mapping[str, str], stderr: int, cancelled: threading.Event) -> ForkedRunner | None:
-    """A runner forked from this process's template (started, or replaced, as needed); None where that failed and
-    the runner should be exec'd instead."""
+def keep_warm() -> None:
+    """Tell this process's template, if one is ready, that a sweep still runs: it stays for the sweep's end (its
+    stages child is forked from it) instead of leaving after its idle minutes. Never blocks, never fails."""
+    with _lock:
+        if _template is not None and _template.ready and _template.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                _template.sock.send(encode(KeepWarm()), socket.MSG_DONTWAIT)
+
+
+def fork_runner(
+    env: Mapping[str, str], stderr: int, cancelled: threading.Event, main: str = "runner"
+) -> ForkedRunner | None:
+    """A runner (`main`: or the stages child) forked from this process's template (started, or replaced, as
+    needed); None where that failed and it should be exec'd instead."""
     global _template
     key = tuple(sorted((k, v) for k, v in env.items() if k.startswith(IMPORT_TIME) and k not in NOT_IMPORT_TIME))
     with _lock:
@@ -188,7 +200,7 @@ def fork_runner(env: Mapping[str, str], stderr: int, cancelled: threading.Event)
                     _template = None
                 return None
             try:
-                return _template.fork(env, stderr)
+                return _template.fork(env, stderr, main)
             except OSError:
                 _template.close()
                 _template = None

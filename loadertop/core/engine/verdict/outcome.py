@@ -9,15 +9,18 @@ from dataclasses import dataclass
 from loadertop.core.engine.nodes.node_rows import pacing
 from loadertop.core.engine.nodes.rank_notes import ranks_note, with_notes
 from loadertop.core.engine.verdict.analysis import analyze, rule_notes
+from loadertop.core.engine.verdict.band import finished, merge_repeats
 from loadertop.core.engine.verdict.knee import worker_curve
 from loadertop.core.engine.verdict.reasons import annotate, has_cuda
 from loadertop.core.engine.verdict.rerun import Evidence, fold_rerun
 from loadertop.core.engine.verdict.snippet import UserArgs, graph_snippet, snippet
+from loadertop.core.engine.verdict.stage_reason import cite_stages
 from loadertop.core.engine.verdict.stops import last_stop
 from loadertop.core.engine.verdict.usl import fit_curve
 from loadertop.core.model.config import Settings
 from loadertop.core.model.protocol import Checked
 from loadertop.core.model.results import Ceiling, MachineInfo, Recommendation, SearchStep, SweepResult, TrialResult
+from loadertop.core.model.stages import StagesReport
 
 
 @dataclass(frozen=True)
@@ -49,14 +52,28 @@ def conclude(
     search_trace: tuple[SearchStep, ...] = (),
     dataset: DatasetFacts = DatasetFacts(),
     rerun_of: SweepResult | None = None,
+    stages: StagesReport | None = None,
 ) -> Conclusion:
     """The sweep's result from its trials. With `rerun_of` (a row rerun) the trials replace that result's rows of
-    the same configurations and the whole table is judged again (engine/verdict/rerun.py)."""
+    the same configurations and the whole table is judged again (engine/verdict/rerun.py). `stages`: where a sample's
+    time goes, measured after the trials (kept in the result; a CPU-bound recommendation's reason may cite it)."""
     evidence = Evidence(tuple(trials), settings, tuple(ceilings), tuple(search_trace), dataset.iterable)
     if rerun_of is not None:
         evidence = fold_rerun(rerun_of, evidence)
     conclusion = _judge(evidence, machine, UserArgs(_pairs(dataset.loader_args), loader=dataset.loader))
+    conclusion = _with_stages(conclusion, stages, machine) if stages is not None else conclusion
     return _as_graph(conclusion, dataset.graph, machine) if dataset.graph else conclusion
+
+
+def _with_stages(conclusion: Conclusion, stages: StagesReport, machine: MachineInfo) -> Conclusion:
+    result = dataclasses.replace(conclusion.result, stages=stages)
+    rec = result.recommendation
+    merged = merge_repeats(finished(list(result.trials)))  # the recommendation is judged on its runs together
+    chosen = next((t for t in merged if rec is not None and t.config == rec.config), None)
+    if rec is not None and chosen is not None:
+        rec = dataclasses.replace(rec, reason=cite_stages(rec.reason, chosen, machine, stages))
+        result = dataclasses.replace(result, recommendation=rec)
+    return dataclasses.replace(conclusion, result=result)
 
 
 def _as_graph(conclusion: Conclusion, graph: tuple[str, ...], machine: MachineInfo) -> Conclusion:

@@ -9,6 +9,8 @@ arithmetic, on the same figures the report shows, so no advice contradicts a fig
 - uint8: float images of at least BIG_BATCH_MB a batch cross to the main process, and what their width costs (the
   hand-over, the collate, Normalize) is at least WORTH of the pipeline's CPU → send uint8, normalize on the GPU;
 - main_process: the main process's own ceiling is below the CPUs' → more workers will not help past it;
+- consumer: inside a sweep, the consumer's measured ceiling (the training step alone on a cached batch) is below
+  every ceiling of the loader's (the CPUs', the main process's, the hand-over's) → more workers will not help;
 - lazy_import: a package imported by the first sample for at least LAZY_S → every fresh worker pays it;
 - pin_memory: pinning was measured and there is no GPU → it costs time for nothing.
 """
@@ -41,11 +43,18 @@ class Facts:
     rows: tuple[StageRow, ...]
     cpus: int
     mem_available_mb: float | None
+    beside: arithmetic.Beside = arithmetic.NOTHING  # the sweep's consumer and transport ceilings, where measured
+
+    @property
+    def loader_ceiling(self) -> float | None:
+        """The most the loader can deliver: the CPUs', the main process's and the hand-over's ceilings."""
+        return arithmetic.lowest(arithmetic.cpu_ceiling(self.cpus, arithmetic.pipeline_cpu(self.stages)),
+                                 arithmetic.main_ceiling(arithmetic.main_seconds(self.stages)),
+                                 self.beside.transport)  # fmt: skip
 
     @property
     def ceiling(self) -> float | None:
-        return arithmetic.lowest(arithmetic.cpu_ceiling(self.cpus, arithmetic.pipeline_cpu(self.stages)),
-                                 arithmetic.main_ceiling(arithmetic.main_seconds(self.stages)))  # fmt: skip
+        return arithmetic.lowest(self.loader_ceiling, self.beside.consumer)
 
 
 def ms(value: float | None) -> str:
@@ -133,7 +142,8 @@ def uint8_rule(facts: Facts) -> Advice | None:
     if total <= 0 or saved_cpu / total < WORTH:
         return None
     after = arithmetic.lowest(arithmetic.cpu_ceiling(facts.cpus, total - saved_cpu),
-                              arithmetic.main_ceiling(arithmetic.main_seconds(facts.stages) - saved_main))  # fmt: skip
+                              arithmetic.main_ceiling(arithmetic.main_seconds(facts.stages) - saved_main),
+                              facts.beside.consumer, facts.beside.transport)  # fmt: skip
     what = "the hand-over, the collate" + (" and Normalize" if normalize else "")
     text = (
         f"float images cross to the main process ({mb(wide / 2**20)} a batch, {mb(narrow / 2**20)} as uint8): "
@@ -156,6 +166,18 @@ def main_process_rule(facts: Facts) -> Advice | None:
         f"{top.stage.name} the most), below the CPUs' ~{rate(by_cpu)}: more workers will not help past it"
     )
     return Advice("main_process", top.stage.name, top.share, by_main, text)
+
+
+def consumer_rule(facts: Facts) -> Advice | None:
+    consumer, loader = facts.beside.consumer, facts.loader_ceiling
+    if consumer is None or loader is None or consumer >= loader:
+        return None
+    text = (
+        f"the consumer is the ceiling: the training step alone takes ~{rate(consumer)} samples/s (the sweep measured "
+        f"it {facts.beside.consumer_basis}), below the loader's ~{rate(loader)}: more workers will not help, a "
+        f"faster step will"
+    )
+    return Advice("consumer", "the consumer", None, consumer, text)
 
 
 def lazy_import_rules(facts: Facts) -> list[Advice]:
@@ -186,13 +208,14 @@ def pin_memory_rule(facts: Facts) -> Advice | None:
 
 
 RULES: tuple[Callable[[Facts], Advice | None], ...] = (
-    decode_rule, cache_rule, uint8_rule, main_process_rule, pin_memory_rule,
+    consumer_rule, decode_rule, cache_rule, uint8_rule, main_process_rule,
 )  # fmt: skip
+LAST_RULES: tuple[Callable[[Facts], Advice | None], ...] = (pin_memory_rule,)
 
 
 def advise(facts: Facts) -> tuple[Advice, ...]:
     """Every rule whose premise holds, in the order above (the lazy imports before pin_memory's)."""
-    found = [advice for rule in RULES[:4] if (advice := rule(facts)) is not None]
+    found = [advice for rule in RULES if (advice := rule(facts)) is not None]
     found += lazy_import_rules(facts)
-    found += [advice for rule in RULES[4:] if (advice := rule(facts)) is not None]
+    found += [advice for rule in LAST_RULES if (advice := rule(facts)) is not None]
     return tuple(found)

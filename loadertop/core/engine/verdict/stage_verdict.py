@@ -5,14 +5,18 @@ from __future__ import annotations
 
 from loadertop.core.engine.verdict import stage_ceilings as arithmetic
 from loadertop.core.engine.verdict.stage_advice import Facts, advise
+from loadertop.core.engine.verdict.stage_ceilings import NOTHING, Beside
 from loadertop.core.engine.verdict.stage_threads import thread_ceiling
 from loadertop.core.model.stages import STAGES_VERSION, StagesMeasurement, StagesReport
 
 
-def judge_stages(measurement: StagesMeasurement, cpus: int, mem_available_mb: float | None) -> StagesReport:
-    """The report of a measurement on a machine of `cpus` usable CPUs and `mem_available_mb` of memory available."""
+def judge_stages(
+    measurement: StagesMeasurement, cpus: int, mem_available_mb: float | None, beside: Beside = NOTHING
+) -> StagesReport:
+    """The report of a measurement on a machine of `cpus` usable CPUs and `mem_available_mb` of memory available;
+    inside a sweep, with the sweep's consumer and transport ceilings `beside` the stages' own."""
     stages = arithmetic.with_unattributed(measurement)
-    rows = arithmetic.rows(stages, measurement.loader_wall_s, cpus)
+    rows = arithmetic.rows(stages, measurement.loader_wall_s, cpus, beside)
     return StagesReport(
         version=STAGES_VERSION,
         measurement=measurement,
@@ -22,7 +26,11 @@ def judge_stages(measurement: StagesMeasurement, cpus: int, mem_available_mb: fl
         gap=arithmetic.gap_of(measurement),
         cpus=cpus,
         pipeline_cpu_s=arithmetic.pipeline_cpu(stages),
-        ceilings=(*arithmetic.ceilings(stages, cpus), *thread_ceiling(stages, cpus, measurement.gil_share)),
-        advice=advise(Facts(measurement, stages, rows, cpus, mem_available_mb)),
+        ceilings=(
+            *arithmetic.ceilings(stages, cpus, beside),
+            *arithmetic.replayed(measurement, stages, cpus, beside),
+            *thread_ceiling(stages, cpus, measurement.gil_share),
+        ),
+        advice=advise(Facts(measurement, stages, rows, cpus, mem_available_mb, beside)),
         mem_available_mb=mem_available_mb,
     )
