@@ -13,6 +13,7 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 clone=$(mktemp -d /tmp/loadertop-suite.XXXXXX)
 git clone -q "$here" "$clone/repo"
 cd "$clone/repo" || exit 1
+export PYTHONPATH="$clone/repo"  # the clone's code, in the tests' subprocesses too (.venv's editable install names this checkout)
 . "$here/.venv/bin/activate"
 echo "# $(git rev-parse --short HEAD) on $(nproc) CPUs: $quiet quiet, $hogged beside two busy loops" >>"$log"
 for i in $(seq 1 $((quiet + hogged))); do

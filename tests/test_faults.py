@@ -249,7 +249,8 @@ def one_line_exit_2(code: int, err: str, needle: str) -> str:
 )
 def test_bad_dataset_is_one_line_exit_2_and_leaves_no_run_folder(spec: str, needle: str, tmp_path: Path) -> None:
     broken = tmp_path / "broken_import.py"
-    broken.write_text("import os\nRATIO = 1 / 0\n")
+    # `make` is defined: what fails is the import
+    broken.write_text("import os\nRATIO = 1 / 0\n\n\ndef make():\n    return None\n")
     spec, *extra = spec.format(broken=broken).split()
     code, _, err = loadertop("--workers", "0,1", "--out", str(tmp_path / "runs"), "--dataset", spec, *extra)
     one_line_exit_2(code, err, needle)

@@ -45,8 +45,13 @@ def test_an_iterable_dataset_is_profiled_through_its_iterator() -> None:
 
     split, stages = measured_in_process(load_spec(f"{ITERABLES}:sharded", {}).dataset)
     assert split is not None
-    largest = max((s for s in stages if s.kind != "collate"), key=lambda s: s.wall_s or 0.0)
-    assert largest.name.startswith("burn_cpu"), [s.name for s in stages]
+    # burn_cpu spins on time.thread_time: the profile splits it into its own loop and that callee, whose shares
+    # move with the machine's load; together they are the iterator's work
+    names = [s.name for s in stages]
+    assert any(name.startswith("burn_cpu") for name in names), names
+    sample = [s for s in stages if s.kind != "collate"]
+    burn = sum(s.cpu_s or 0.0 for s in sample if s.name.startswith(("burn_cpu", "time.thread_time")))
+    assert burn >= 0.8 * sum(s.cpu_s or 0.0 for s in sample), [(s.name, s.cpu_s) for s in stages]
 
 
 def test_webdataset_shards_show_the_tar_read_apart_from_the_decode(tmp_path: Path) -> None:
