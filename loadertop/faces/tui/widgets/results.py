@@ -35,6 +35,7 @@ COLUMNS = (  # (label, the report's column key)
     ("stall", "stall"),
     ("p99 ms", "p99"),
     ("1st", "first"),
+    ("epoch", "epoch"),
     ("USS/w MB", "uss"),
     ("PSS MB", "pss"),
     ("GPU", "gpu"),
