@@ -72,7 +72,9 @@ class LogMel:
         return mel, index % 10
 
 
-def audio(clips: str | int = 400, seconds: str | float = 2, cache: str = "", lazy: str | bool = False) -> dict[str, Any]:
+def audio(
+    clips: str | int = 400, seconds: str | float = 2, cache: str = "", lazy: str | bool = False
+) -> dict[str, Any]:
     import librosa
     import numpy as np
 
