@@ -84,6 +84,8 @@ def test_a_plain_rows_reason_names_the_restart_and_what_persistent_workers_do() 
     assert epoch_bound(row) == (
         "epoch-bound (each epoch restarts 2 workers in 4.50 s, 62% of its time: persistent_workers=True keeps them)"
     )
+    kept = dataclasses.replace(row, config=KEPT[1], epoch_restart_s=2.0)  # a long wait for the first batch still
+    assert epoch_bound(kept) == "epoch-bound (each 9-batch epoch waits 2.00 s at its boundary, 28% of its time)"
 
 
 def _trials(*configs: TrialConfig) -> list[TrialResult]:
@@ -101,8 +103,8 @@ def test_zero_workers_chosen_over_restarting_ones_says_the_restart_is_the_cost_n
     assert rec is not None and rec.config == ZERO
     assert rec.reason.startswith("the main process does the work fastest (0 workers): workers cost more than they save")
     assert (
-        "each epoch restarts 2 workers in 4.50 s, 62% of its time, and each fresh worker pays its start-up and its "
-        "imports again; persistent_workers=True keeps them"
+        "each epoch restarts 2 workers in 4.50 s, 62% of its time: each fresh worker pays its start-up again (its "
+        "process, the dataset, every import its first sample makes); persistent_workers=True keeps them"
     ) in rec.reason
     assert "transfer" not in rec.reason and "transport" not in rec.reason
 
@@ -173,3 +175,16 @@ def test_a_sweep_measures_persistent_workers_unasked_when_restarts_cost(tmp_path
     plain = next(t for t in result.trials if t.config.num_workers == 2 and not t.config.persistent_workers)
     assert plain.epoch_restart_s is not None and plain.epoch_restart_s >= 0.3  # each epoch's fresh workers pay it
     assert "search (epoch): each epoch restarts 2 workers in " in done.stderr
+
+
+@pytest.mark.unit
+def test_the_checker_finds_a_restart_no_trial_measured_and_a_transfer_never_measured() -> None:
+    result = conclude(_trials(ZERO, *PLAIN), settings(), machine()).result
+    wrong = "epoch-bound (each epoch restarts 2 workers in 6.30 s, 41% of its time: persistent_workers=True keeps them)"
+    rows = [dataclasses.replace(t, reason=wrong) if t.config == PLAIN[1] else t for t in result.trials]
+    rec = result.recommendation
+    assert rec is not None
+    said = dataclasses.replace(rec, reason="transport-bound: workers cost more than they save")
+    found = contradictions(dataclasses.replace(result, trials=tuple(rows), recommendation=said))
+    assert any("'restarts 2 workers in 6.30 s, 41%' matches no measured trial" in f for f in found), found
+    assert any("'transport-bound' with no transport ceiling measured" in f for f in found), found

@@ -28,7 +28,7 @@ from loadertop.core.engine.verdict.bound import (
     bound_of,
     in_process,
 )
-from loadertop.core.engine.verdict.epoch import restart_phrase, worth_persisting
+from loadertop.core.engine.verdict.epoch import REPAY, restart_phrase, restarts, worth_persisting
 from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.reasons import bound_phrase, epoch_bound, has_cuda, oversubscribed
@@ -268,7 +268,8 @@ def _recommendation_reason(
         fewer_within = any(t.config.num_workers < nw and noise.within(t, rec) for t in curve)
         return _still_rising_reason(rec, band, machine, fewer_within, *end, terms=terms)
     epoch = epoch_bound(rec)  # what bounds its row in the table comes first there, so here too
-    return f"{epoch}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
+    repay = f"; {REPAY}" if epoch and restarts(rec) else ""
+    return f"{epoch}{repay}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
 
 
 def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: Noise, who: Name) -> str:
@@ -333,19 +334,22 @@ def _kept_note(rec: TrialResult, ok: list[TrialResult], tolerance: float) -> str
     twin = next((t for t in ok if t.config == plain and worth_persisting(t, tolerance)), None)
     if twin is None:
         return ""
-    return f"persistent workers: without them {restart_phrase(twin)} ({sps(twin):.0f} vs {sps(rec):.0f} samples/s)"
+    return (
+        f"persistent workers: without them {restart_phrase(twin)} ({sps(twin):.0f} vs {sps(rec):.0f} samples/s): "
+        f"{REPAY}"
+    )
 
 
 def _restart_cost(with_workers: list[TrialResult], tolerance: float, who: Name) -> str:
     """What the epoch boundary costs the fastest workers that restart every epoch, when beyond the noise band:
-    'each epoch restarts 2 workers in 6.30 s, 41% of its time, and each fresh worker pays its start-up and its
-    imports again' and what persistent workers did, measured ('kept by persistent_workers=True, 2 workers reach 50
+    'each epoch restarts 2 workers in 6.30 s, 41% of its time: each fresh worker pays its start-up again (...)'
+    and what persistent workers did, measured ('kept by persistent_workers=True, 2 workers reach 50
     samples/s'), or what they would do. '' when no restart costs beyond the noise."""
     paying = [t for t in with_workers if worth_persisting(t, tolerance)]
     if not paying:
         return ""
     t = max(paying, key=sps)
-    text = f"{restart_phrase(t)}, and each fresh worker pays its start-up and its imports again"
+    text = f"{restart_phrase(t)}: {REPAY}"
     twin = next((o for o in with_workers if o.config == dataclasses.replace(t.config, persistent_workers=True)), None)
     if twin is None:
         return f"{text}; persistent_workers=True keeps them"

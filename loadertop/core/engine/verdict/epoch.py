@@ -47,10 +47,11 @@ def restart_phrase(trial: TrialResult) -> str:
     share = restart_share(trial)
     if share is None or trial.epoch_restart_s is None:
         return ""
-    took = f"{seconds(trial.epoch_restart_s)}, {pct(share)} of its time"
+    wait, of = seconds(trial.epoch_restart_s), f"{pct(share)} of its time"
     if restarts(trial):
-        return f"each epoch restarts {workers(trial.config.num_workers)} in {took}"
-    return f"each {trial.epoch_batches}-batch epoch waits {took} at its boundary"
+        return f"each epoch restarts {workers(trial.config.num_workers)} in {wait}, {of}"
+    return f"each {trial.epoch_batches}-batch epoch waits {wait} at its boundary, {of}"
 
 
-KEEP = "persistent workers keep them (persistent_workers=True): each fresh worker pays its start-up and imports again"
+# What a restart re-pays, said beside a restart's cost in the recommendation
+REPAY = "each fresh worker pays its start-up again (its process, the dataset, every import its first sample makes)"
