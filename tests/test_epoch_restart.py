@@ -9,12 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import json
 import re
-import subprocess
-import sys
-import textwrap
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,7 +21,7 @@ from loadertop.core.engine.verdict.analysis import analyze
 from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.engine.verdict.reasons import epoch_bound
 from loadertop.core.model.config import TrialConfig
-from loadertop.core.model.results import SweepResult, TrialResult
+from loadertop.core.model.results import TrialResult
 from loadertop.faces.headless import Reporter
 
 EPOCH_SAMPLES, BATCH = 288, 32  # 9 batches of 32
@@ -134,47 +129,6 @@ def test_the_epoch_column_stays_in_the_headless_table_at_100_columns(monkeypatch
     assert " 4.50 s " in "\n".join(lines)
     dropped = next((line for line in lines if line.startswith("not shown at 100 columns")), "")
     assert "epoch" not in dropped
-
-
-SLOW_START = textwrap.dedent(
-    """
-    import os, time
-    import torch
-    from torch.utils.data import Dataset
-
-    STARTED = set()
-
-    class SlowStart(Dataset):
-        # Each process pays 0.3 s on its first sample, as a library imported inside __getitem__ makes it pay.
-        def __len__(self):
-            return 64
-
-        def __getitem__(self, i):
-            if os.getpid() not in STARTED:
-                STARTED.add(os.getpid())
-                time.sleep(0.3)
-            return torch.zeros(8)
-
-    def build():
-        return SlowStart()
-    """
-)
-
-
-def test_a_sweep_measures_persistent_workers_unasked_when_restarts_cost(tmp_path: Path) -> None:
-    (tmp_path / "slow_start.py").write_text(SLOW_START)
-    out = tmp_path / "result.json"
-    args = ["--headless", "--dataset", f"{tmp_path / 'slow_start.py'}:build", "--workers", "0,2", "--batch-size", "8"]
-    args += ["--trial-seconds", "2", "--no-transport", "--json", str(out)]
-    code = "from loadertop.faces.cli import main; main()"
-    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=240)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = SweepResult.from_dict(json.loads(out.read_text()))
-    kept = [t for t in result.trials if t.config.persistent_workers and t.status == "ok"]
-    assert [t.config.num_workers for t in kept] == [2]  # not asked for: --persistent-workers was not given
-    plain = next(t for t in result.trials if t.config.num_workers == 2 and not t.config.persistent_workers)
-    assert plain.epoch_restart_s is not None and plain.epoch_restart_s >= 0.3  # each epoch's fresh workers pay it
-    assert "search (epoch): each epoch restarts 2 workers in " in done.stderr
 
 
 @pytest.mark.unit
