@@ -20,6 +20,7 @@ from loadertop.core.engine.search.adaptive import AdaptivePlanner
 from loadertop.core.engine.verdict.analysis import analyze
 from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.engine.verdict.reasons import epoch_bound
+from loadertop.core.engine.verdict.stops import FLAT, Stop
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.results import TrialResult
 from loadertop.faces.headless import Reporter
@@ -142,3 +143,16 @@ def test_the_checker_finds_a_restart_no_trial_measured_and_a_transfer_never_meas
     found = contradictions(dataclasses.replace(result, trials=tuple(rows), recommendation=said))
     assert any("'restarts 2 workers in 6.30 s, 41%' matches no measured trial" in f for f in found), found
     assert any("'transport-bound' with no transport ceiling measured" in f for f in found), found
+
+
+@pytest.mark.unit
+def test_a_persistent_top_rung_says_the_climb_that_stopped_was_the_one_without_them() -> None:
+    trials = _trials(ZERO, *PLAIN, *KEPT)
+    trials[-1] = dataclasses.replace(trials[-1], samples_per_s=150.0)  # 4 persistent workers: the fastest
+    stop = Stop("stopped climbing: 4 workers: 28 samples/s, −30% over 2 workers", FLAT, 4, -0.3).step()
+    rec = conclude(trials, settings(), machine(), search_trace=(stop,)).result.recommendation
+    assert rec is not None and rec.config == KEPT[2]
+    assert (
+        "fastest at 4 workers, the most measured (no fewer within 5%); the climb without persistent workers stopped "
+        "there (4 workers gained less than the noise band: more were not run), and they were measured at its counts"
+    ) in rec.reason

@@ -37,6 +37,7 @@ from loadertop.core.engine.verdict.stops import SWEEP_TERMS, Terms, stop_clause
 from loadertop.core.engine.verdict.transport_bound import transport_reason
 from loadertop.core.engine.wording import NONE, pct, sps, workers
 from loadertop.core.model.config import Settings
+from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.figures import at_least_within, faster_beyond
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
 
@@ -266,7 +267,8 @@ def _recommendation_reason(
         return _zero_workers_reason(rec, ok, noise, tail, who, terms)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
         fewer_within = any(t.config.num_workers < nw and noise.within(t, rec) for t in curve)
-        return _still_rising_reason(rec, band, machine, fewer_within, *end, terms=terms)
+        twins = _on_twins(rec, ok, noise.tolerance)
+        return _still_rising_reason(rec, band, machine, fewer_within, *end, terms=terms, twins=twins)
     epoch = epoch_bound(rec)  # what bounds its row in the table comes first there, so here too
     repay = f"; {REPAY}" if epoch and restarts(rec) else ""
     return f"{epoch}{repay}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
@@ -324,6 +326,14 @@ def _zero_workers_reason(
     return f"the main process keeps up (0 workers): {tail}"
 
 
+def _on_twins(rec: TrialResult, ok: list[TrialResult], tolerance: float) -> bool:
+    """Whether `rec` is on a persistent curve measured only at the counts the climb measured without persistent
+    workers (the epoch phase's twins, search/persist.py): how the climb stopped is then the plain curve's."""
+    plain = {dataclasses.replace(t.config, persistent_workers=True) for t in ok if worth_persisting(t, tolerance)}
+    curve = [t for t in ok if t.config.num_workers > 0 and on_curve(t.config, curve_key(rec.config))]
+    return rec.config.persistent_workers and bool(curve) and all(t.config in plain for t in curve)
+
+
 def _kept_note(rec: TrialResult, ok: list[TrialResult], tolerance: float) -> str:
     """For a recommendation with persistent workers whose twin without them restarts at a cost beyond the noise:
     'persistent workers: without them each epoch restarts 2 workers in 6.30 s, 41% of its time (31 vs 48
@@ -365,6 +375,7 @@ def _still_rising_reason(
     stop: SearchStep | None = None,
     top: int | None = None,
     terms: Terms = SWEEP_TERMS,
+    twins: bool = False,
 ) -> str:
     """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
     the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py).
@@ -383,7 +394,10 @@ def _still_rising_reason(
     if top is None or n >= top:  # the top of the range measured and fastest: only then is the range too narrow
         rising = f"throughput still rising at {workers(n)} (the largest tried; {within})"
         return f"{kind}: {rising}" + (f"; try {terms.wider}" if terms.wider else "")
-    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {stop_clause(stop, n, top, terms)}"
+    clause = stop_clause(stop, n, top, terms)
+    if twins:  # `twins`: rec is a persistent twin of the climb's rungs (_on_twins): the stop was the plain curve's
+        clause = f"the climb without persistent workers stopped there ({clause}), and they were measured at its counts"
+    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {clause}"
 
 
 def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine: MachineInfo) -> str:
