@@ -99,7 +99,7 @@ def test_zero_workers_chosen_over_restarting_ones_says_the_restart_is_the_cost_n
     assert rec is not None and rec.config == ZERO
     assert rec.reason.startswith("the main process does the work fastest (0 workers): workers cost more than they save")
     assert (
-        "each epoch restarts 2 workers in 4.50 s, 62% of its time: each fresh worker pays its start-up again (its "
+        "each epoch restarts 2 workers in 4.50 s, 62% of its time, and each fresh worker pays its start-up again (its "
         "process, the dataset, every import its first sample makes); persistent_workers=True keeps them"
     ) in rec.reason
     assert "transfer" not in rec.reason and "transport" not in rec.reason

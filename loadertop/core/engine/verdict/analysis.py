@@ -352,14 +352,14 @@ def _kept_note(rec: TrialResult, ok: list[TrialResult], tolerance: float) -> str
 
 def _restart_cost(with_workers: list[TrialResult], tolerance: float, who: Name) -> str:
     """What the epoch boundary costs the fastest workers that restart every epoch, when beyond the noise band:
-    'each epoch restarts 2 workers in 6.30 s, 41% of its time: each fresh worker pays its start-up again (...)'
+    'each epoch restarts 2 workers in 6.30 s, 41% of its time, and each fresh worker pays its start-up again (...)'
     and what persistent workers did, measured ('kept by persistent_workers=True, 2 workers reach 50
     samples/s'), or what they would do. '' when no restart costs beyond the noise."""
     paying = [t for t in with_workers if worth_persisting(t, tolerance)]
     if not paying:
         return ""
     t = max(paying, key=sps)
-    text = f"{restart_phrase(t)}: {REPAY}"
+    text = f"{restart_phrase(t)}, and {REPAY}"
     twin = next((o for o in with_workers if o.config == dataclasses.replace(t.config, persistent_workers=True)), None)
     if twin is None:
         return f"{text}; persistent_workers=True keeps them"
