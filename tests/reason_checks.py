@@ -20,6 +20,7 @@ BEST = re.compile(r", (within noise of )?best(;|$)")  # a clause of its own: a n
 NO_SPEED = re.compile(r"no speed \((\d+) vs (\d+) samples/s, within ([\d.]+)%\)")
 CITED = re.compile(r"where the CPU goes: (.+?) is ([\d.]+)% of the CPU time per sample")
 DOMINATES = 0.5  # a stage cited as where the CPU goes holds at least this much of it
+RESTARTS = re.compile(r"each epoch restarts (\d+) workers? in ([\d.]+) s, (\d+(?:\.\d)?)% of its time")
 
 
 def contradictions(result: SweepResult) -> list[str]:
@@ -27,13 +28,16 @@ def contradictions(result: SweepResult) -> list[str]:
     ok = merge_repeats([t for t in result.trials if t.status == "ok" and t.samples_per_s is not None])
     tol, cpus = result.settings.tolerance, max(1, result.machine.usable_cpus)
     found: list[str] = []
+    transport = any(c.kind == "transport" for c in result.ceilings)
     for t in ok:
         found += [f"#{t.index} w={t.config.num_workers}: {p}" for p in _clauses(t, t.reason, ok, tol, cpus)]
+        found += [f"#{t.index} w={t.config.num_workers}: {p}" for p in _restarts(t.reason, ok, transport)]
     rec = result.recommendation
     if rec is not None:
         chosen = next(t for t in ok if t.config == rec.config)
         found += [f"recommendation: {p}" for p in _clauses(chosen, rec.reason, ok, tol, cpus)]
         found += [f"recommendation: {p}" for p in _comparisons(rec.reason)]
+        found += [f"recommendation: {p}" for p in _restarts(rec.reason, ok, transport)]
         found += [f"recommendation: {p}" for p in _same_bound(chosen, rec.reason)]
         found += [f"recommendation: {p}" for p in _stage_citation(result, chosen, rec.reason)]
         curve = curve_of(ok, chosen)  # the engine's curve of the recommendation (a 0-worker pick: its family's)
@@ -117,6 +121,27 @@ def _comparisons(reason: str) -> list[str]:
         if int(a) > int(b) * (1.0 + float(band) / 100.0) + 1:
             problems.append(f"'no speed' when {a} beats {b} by more than {band}%")
     return problems
+
+
+def _restarts(reason: str, ok: list[TrialResult], transport: bool) -> list[str]:
+    """'each epoch restarts N workers in X s, Y% of its time' only as a measured trial of N workers without
+    persistent workers reads (its restart, and that restart against its epoch at its rate); and the transfer named
+    as the bound only where a transport ceiling was measured."""
+    problems = []
+    for n, said, share in RESTARTS.findall(reason):
+        plain = [t for t in ok if t.config.num_workers == int(n) and not t.config.persistent_workers]
+        if not any(_reads(t, float(said), float(share)) for t in plain):
+            problems.append(f"'restarts {n} workers in {said} s, {share}%' matches no measured trial: {reason}")
+    if "transport-bound" in reason and not transport:
+        problems.append(f"'transport-bound' with no transport ceiling measured: {reason}")
+    return problems
+
+
+def _reads(t: TrialResult, restart_s: float, share_pct: float) -> bool:
+    if t.epoch_restart_s is None or not t.epoch_batches or not t.batches_per_s:
+        return False
+    share = min(1.0, t.epoch_restart_s * t.batches_per_s / t.epoch_batches) * 100.0
+    return abs(t.epoch_restart_s - restart_s) <= max(0.006, 0.05 * restart_s) and abs(share - share_pct) <= 1.0
 
 
 def _knee(result: SweepResult, curve: list[TrialResult], tol: float) -> list[str]:

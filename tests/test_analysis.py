@@ -457,15 +457,17 @@ def test_epoch_bound_reason_when_the_boundary_takes_a_large_share_of_short_epoch
     # 62 batches an epoch at 10 batches/s is 6.2 s an epoch, of which 1.55 s (25%) waits for fresh workers.
     t = replace(trial(0, 10, 320.0, cpu=150.0, stall=1.0), batches_per_s=10.0, epoch_batches=62, epoch_restart_s=1.55)
     assert trial_reason(t, machine(), None) == (
-        "epoch-bound (each 62-batch epoch waits 1.55 s at its boundary, 25% of its time; "
-        "persistent_workers=True keeps them)"
+        "epoch-bound (each epoch restarts 10 workers in 1.55 s, 25% of its time: persistent_workers=True keeps them)"
     )
     # The same boundary in a long epoch (blocks inside one epoch: epoch_batches unset) is not the bound: 10
     # workers using 1.5 of the 2 CPUs are CPU-bound (at 15% CPU each only because they share two cores).
     assert trial_reason(replace(t, epoch_batches=None), machine(), None) == "CPU-bound (1.5/2 CPUs)"
     # Persistent workers already: the boundary is named, with no advice to repeat.
     kept = replace(t, config=replace(t.config, persistent_workers=True))
-    assert trial_reason(kept, machine(), None).endswith("25% of its time)")
+    assert (
+        trial_reason(kept, machine(), None)
+        == "epoch-bound (each 62-batch epoch waits 1.55 s at its boundary, 25% of its time)"
+    )
 
 
 @pytest.mark.unit

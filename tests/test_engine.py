@@ -181,10 +181,16 @@ def test_short_epochs_are_measured_whole_with_their_boundaries(runs: Path, no_le
     sweep = Sweep(settings, out_dir=runs)
     list(sweep.events())
     assert sweep.result is not None
-    (trial,) = sweep.result.trials
+    trial, *kept = sweep.result.trials
     assert trial.status == "ok", trial.error
     # The ceiling is the property; how far below it a loaded machine lands is not (beside other load it read 57).
     assert trial.samples_per_s is not None and 0 < trial.samples_per_s <= 240, trial.samples_per_s
     assert trial.blocks >= 2  # whole epochs, each its own block
     # Each boundary waits for the fresh workers' 0.5 s sleep before their first sample, whatever the machine's speed
     assert trial.epoch_restart_s is not None and trial.epoch_restart_s >= 0.5, trial.epoch_restart_s
+    # The restart takes most of each epoch: the same 2 workers with persistent_workers=True, not asked for, over
+    # whole epochs too (engine/search/persist.py)
+    assert [(t.config.num_workers, t.config.persistent_workers, t.status) for t in kept] == [(2, True, "ok")]
+    assert kept[0].blocks >= 2 and kept[0].epoch_batches == 120
+    said = [s.message for s in sweep.result.search_trace if s.phase == "epoch"]
+    assert len(said) == 1 and said[0].startswith("each epoch restarts 2 workers in "), said

@@ -95,3 +95,22 @@ def test_columns_env_and_a_terminal_set_the_width(monkeypatch: pytest.MonkeyPatc
     assert not any(line.startswith("not shown") for line in wide) and len(table_rows(wide)) == 7
     monkeypatch.setenv("COLUMNS", "wide")  # not a number: the default
     assert max(len(line) for line in render(RESULT)) == 100
+
+
+@pytest.mark.unit
+def test_the_epoch_restart_stays_at_100_columns_when_it_costs_beyond_the_noise(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The default sweep on an audio pipeline whose fresh workers import a library on their first sample: each
+    # epoch's restart is most of its time, and the column that shows it is what persistent workers change.
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = SweepResult.from_dict(json.loads((DATA / "epoch_restart_result.json").read_text()))
+    lines = render(result)
+    assert max(len(line) for line in lines) <= 100
+    header = next(line for line in lines if line.startswith("┃"))
+    assert "epoch" in header and "persist" in header
+    report = build_report(result)
+    assert report.kept == ("epoch",)
+    for row, line in zip(report.rows, table_rows(lines), strict=True):
+        assert f" {report.cells(row)['epoch']} │" in line
+    dropped = next(line for line in lines if line.startswith("not shown at 100 columns"))
+    assert "epoch" not in dropped
+    assert build_report(RESULT).kept == ()  # long epochs: the column goes first when space is short, as before

@@ -178,6 +178,9 @@ CASES = {
     "previous_result.json": lambda: _recorded("previous_result.json"),
     # A default run on the first-hour pipeline: the ★ row epoch-bound (its Why said I/O-bound)
     "epoch_bound_result.json": lambda: _recorded("epoch_bound_result.json"),
+    # The default sweep on an audio pipeline whose fresh workers import a library on their first sample: each
+    # epoch restarts them, and the search measured the same counts with persistent workers
+    "epoch_restart_result.json": lambda: _recorded("epoch_restart_result.json"),
     # A default run: 4 workers 5.1% behind over 6 runs each, a close call just outside the band; its row
     # said "within noise of best" by its own ±11% spread
     "close_call_result.json": lambda: _recorded("close_call_result.json"),

@@ -3,7 +3,8 @@
 A file or a CI log has no terminal width: the table is laid out for `width` (the terminal's, else $COLUMNS, else
 100). Each row stays on one line: the "why" column becomes a list under the table, keyed by the row's
 configuration; columns every row shares are said once; columns no row measured are named; and if the table is
-still too wide, columns go in DROP_ORDER, named under it (the CSV and JSON keep every column). Every cell is the
+still too wide, columns go in DROP_ORDER, named under it (the CSV and JSON keep every column), but for those the
+report keeps (the epoch restart, when it costs beyond the noise). Every cell is the
 engine's report's (`build_report`): this module only lays them out.
 """
 
@@ -77,7 +78,7 @@ def layout(report: Report, console: Console, width: int) -> list[RenderableType]
     for key in DROP_ORDER:
         if _width_of(console, _table(report, columns, None)) <= width:
             break
-        if key in columns:
+        if key in columns and key not in report.kept:
             columns.remove(key)
             dropped.append(key)
     out: list[RenderableType] = [_table(report, columns, "loadertop results")]

@@ -68,6 +68,7 @@ class _Timed:
     cut: bool = False  # out of time mid-epoch: not a whole epoch, not counted
 
 
+PERSISTENT_EPOCHS = 2  # whole epochs a trial with persistent workers measures at least, on short epochs
 BOUNDARIES_KEPT = 32  # the waits after the last this many epoch boundaries are reported one by one
 WAIT_SAMPLE = 65536  # per-batch waits kept per trial (512 KiB of floats): every one up to this, then a reservoir
 
@@ -237,13 +238,14 @@ class MeasuredLoop:
         whole_epochs = align = bool(self.crossings)
         opening = not align  # the next block opens the window (the probes' CPU and memory figures)
         tally = _Tally()
-        stable = decided = overtime = False
+        stable = decided = False
+        needed, overtime = self._epochs_needed(), 0
         while True:
             if opening:
                 emit(Measuring())
                 opening = False
             tainted, opening, align = self.thaw.take() or align, align, False
-            block = self._time_block(whole_epochs, bool(tally.blocks))
+            block = self._time_block(whole_epochs, bool(tally.blocks) and not overtime)
             if block.first_boundary:  # what was measured inside the first epoch is dropped
                 whole_epochs, tainted, opening, tally = True, True, True, _Tally()
             tainted = tainted or block.cut
@@ -259,19 +261,35 @@ class MeasuredLoop:
                     decided = True
                     break
             if time.perf_counter() >= self.deadline:
-                if tally.blocks or not whole_epochs or overtime:
+                if len(tally.blocks) >= needed or not whole_epochs or overtime >= needed:
                     break
-                # The first epoch took the trial's time: one whole epoch more (a first whole-epoch block is never
-                # cut), rather than a trial with nothing measured.
-                overtime = True
-                self.warnings.append(
-                    f"the first epoch took the whole --trial-seconds {self.settings.trial_seconds:g}: one more "
-                    "epoch was measured past it (a longer --trial-seconds measures more than one)"
-                )
+                # Too few whole epochs in the trial's time: one whole epoch more (a block in overtime is never cut),
+                # rather than a trial with nothing measured, or persistent workers read without the boundary they
+                # make cheap.
+                overtime += 1
+                if overtime == 1:
+                    self.warnings.append(self._overtime_warning(needed))
         idle = idle_warning(self.loader, self.batches)
         if idle:
             self.warnings.append(idle)
         return replace(self._finished(tally, whole_epochs, stable, stop_when_stable), decided=decided)
+
+    def _epochs_needed(self) -> int:
+        """Whole epochs a trial measures at least once an epoch ends within it: PERSISTENT_EPOCHS with persistent
+        workers (their gain is the boundary they make cheap: one epoch would weigh it once), else one."""
+        return PERSISTENT_EPOCHS if self.config.persistent_workers and self.config.num_workers else 1
+
+    def _overtime_warning(self, needed: int) -> str:
+        budget = f"--trial-seconds {self.settings.trial_seconds:g}"
+        if needed > 1:
+            return (
+                f"persistent workers are measured over at least {needed} whole epochs, each with its boundary: "
+                f"the epochs past {budget} were measured too"
+            )
+        return (
+            f"the first epoch took the whole {budget}: one more epoch was measured past it (a longer "
+            "--trial-seconds measures more than one)"
+        )
 
     def _why_no_block(self) -> str:
         """The no-clean-block failure with its cause: the epochs too short for the time, or the batches too slow."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from loadertop.core.engine.nodes.node_rows import NODE_COLUMNS, NODE_HEADERS, NodeRow, node_rows, pacing
 from loadertop.core.engine.verdict.band import merge_repeats
+from loadertop.core.engine.verdict.epoch import restart_costs
 from loadertop.core.engine.wording import NONE, num, pct, percent, rate, seconds
 from loadertop.core.model.config import TrialConfig
 from loadertop.core.model.curves import curve_key, family_key, on_curve
@@ -184,6 +185,9 @@ class Report:
     node_columns: tuple[str, ...] = tuple(key for key, _ in NODE_COLUMNS)
     node_headers: dict[str, str] = field(default_factory=lambda: dict(NODE_HEADERS))
     footnote: str = FOOTNOTE
+    # Columns a narrow face keeps, dropping others first: the epoch restart when some row's restart takes a share
+    # of its epoch beyond the noise band (verdict/epoch.py), the figure persistent workers change.
+    kept: tuple[str, ...] = ()
 
     @property
     def many_nodes(self) -> bool:
@@ -263,7 +267,9 @@ def build_report(result: SweepResult, previous: SweepResult | None = None) -> Re
     footnote = f"{FOOTNOTE} {NODES_FOOTNOTE}" if many else FOOTNOTE
     if any(r.config.worker_method == "thread" for r in rows):
         footnote = f"{footnote} {THREADS_FOOTNOTE}"
-    return Report(tuple(rows), compared=previous is not None, nodes=result.nodes, footnote=footnote)
+    tol = result.settings.tolerance
+    kept = ("epoch",) if any(restart_costs(t, tol) for t in merged.values()) else ()
+    return Report(tuple(rows), compared=previous is not None, nodes=result.nodes, footnote=footnote, kept=kept)
 
 
 def ordered(configs: Iterable[TrialConfig]) -> list[TrialConfig]:

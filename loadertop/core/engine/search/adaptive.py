@@ -10,7 +10,9 @@ What a planner is asked and the plain planners are in planners.py; the rungs in 
    "cheapest within the noise band of the best", lies between them); then between the best rung and the rung
    above it when that one was slower beyond the noise (2 → 4 skips 3), unless the trusted fit puts the peak at
    the best rung; 3. then the other knobs' values (batch size, prefetch, ...) one at a time at the choice;
-4. measure the finalists again, alternately, on workers kept between their runs, until a sequential test decides
+4. where a worker count's epoch restart takes a share of its epoch beyond the noise band, that count with
+   persistent_workers=True, asked for or not (engine/search/persist.py);
+5. measure the finalists again, alternately, on workers kept between their runs, until a sequential test decides
    or a cap is reached (engine/search/finalists.py). A rung's trial stops once its decision is clear (_rung_decision).
 """
 
@@ -21,6 +23,7 @@ import math
 from collections.abc import Iterator, Sequence
 
 from loadertop.core.engine.search.finalists import MAX_REPEATS, MIN_REPEATS, REPEAT_SHARE, duels
+from loadertop.core.engine.search.persist import persist
 from loadertop.core.engine.search.planners import GridPlanner, Planner, RowRerun
 from loadertop.core.engine.search.refine import SearchOver, refine
 from loadertop.core.engine.search.rungs import at_least, memory_cap, plan_rungs, top_above
@@ -74,6 +77,7 @@ class AdaptivePlanner:
         self._patient = False  # the extra rung past an unsettled plateau has been spent (one per plateau)
         self._told: int | None = None  # the rung whose patient note already said how its trial ended
         self._fits: int | None = None  # the most workers the memory budget allows, once a rung has told
+        self._unasked = 0  # trials of configurations outside the space (the epoch phase's persistent twins)
         self._keep = False  # in the finalists' head-to-head: their trials keep their workers between runs
         self._steps: Iterator[TrialConfig] = self._plan()
         if self.space and len(self.space) > SMALL_SPACE:
@@ -138,12 +142,14 @@ class AdaptivePlanner:
         if len(self.space) <= SMALL_SPACE:
             self.state.note("plan", f"{len(self.space)} configurations: measuring all of them (no search is cheaper)")
             yield from self.space
-            self.state.note("done", f"measured all {len(self.space)} configurations")
+            yield from self._persist()
+            self.state.note("done", f"measured all {len(self.space)} configurations{self._twins()}")
             return
         try:
             yield from self._climb()
             yield from self._refine()
             yield from self._knobs()
+            yield from self._persist()
             yield from self._repeat()
         except SearchOver:
             pass
@@ -362,7 +368,14 @@ class AdaptivePlanner:
             if after is not None and after[1].config != base:
                 self.state.note("knobs", f"{name}: {after[1].config.label()} is now the choice")
 
-    # -- 4. repeat the finalists ----------------------------------------------------------------------------
+    # -- 4. persistent workers where the epoch restart costs beyond the noise: engine/search/persist.py -----------
+
+    def _persist(self) -> Iterator[TrialConfig]:
+        for config in persist(self.state):
+            self._unasked += config not in self.space
+            yield config
+
+    # -- 5. repeat the finalists ----------------------------------------------------------------------------
 
     def _repeat(self) -> Iterator[TrialConfig]:
         # Never more trials in all than measuring every configuration once (no search is dearer than the grid), and
@@ -370,7 +383,8 @@ class AdaptivePlanner:
         # Counts past the memory budget are not in that grid: the guard skips them at no cost.
         fits = [n for n in self.counts if self._fits is None or n <= self._fits]
         share = max(MIN_REPEATS, len(fits) // REPEAT_SHARE)
-        grid = len(self.space) - sum(1 for c in self.space if c.num_workers not in fits)
+        # The persistent twins the epoch phase added widen that grid: the user's space did not hold them.
+        grid = len(self.space) - sum(1 for c in self.space if c.num_workers not in fits) + self._unasked
         budget = min(MAX_REPEATS, share, grid - len(self.state.done) - 1)
         self._keep = True
         yield from duels(lambda: self.state.done, self.tol, self.state.note, budget)  # search/finalists.py
@@ -387,6 +401,9 @@ class AdaptivePlanner:
             f"search done after {n} trials: best {best.config.label()} at {sps(best):.0f} samples/s; "
             f"fewest workers within the noise band: {c.config.label()} at {sps(c):.0f}"
         )
+
+    def _twins(self) -> str:
+        return f" and {self._unasked} persistent twin{'' if self._unasked == 1 else 's'}" if self._unasked else ""
 
     def _flat(self) -> str:
         curve = self.state.curve()

@@ -28,6 +28,7 @@ from loadertop.core.engine.verdict.bound import (
     bound_of,
     in_process,
 )
+from loadertop.core.engine.verdict.epoch import REPAY, restart_phrase, restarts, worth_persisting
 from loadertop.core.engine.verdict.knee import curve_of, drop_after_peak, knee
 from loadertop.core.engine.verdict.methods import gil_enabled, method_phrase
 from loadertop.core.engine.verdict.reasons import bound_phrase, epoch_bound, has_cuda, oversubscribed
@@ -36,6 +37,7 @@ from loadertop.core.engine.verdict.stops import SWEEP_TERMS, Terms, stop_clause
 from loadertop.core.engine.verdict.transport_bound import transport_reason
 from loadertop.core.engine.wording import NONE, pct, sps, workers
 from loadertop.core.model.config import Settings
+from loadertop.core.model.curves import curve_key, on_curve
 from loadertop.core.model.figures import at_least_within, faster_beyond
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
 
@@ -74,7 +76,8 @@ def analyze(
     # Only with a training step (--step-ms, --consumer): its threads compete with the workers'.
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
     method = method_phrase(rec, ok, machine.usable_cpus, gil_enabled(), tol)  # thread vs process workers, as measured
-    notes = [note for note in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, over, method) if note]
+    kept = _kept_note(rec, ok, tol)
+    notes = [n for n in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, kept, over, method) if n]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
@@ -264,9 +267,11 @@ def _recommendation_reason(
         return _zero_workers_reason(rec, ok, noise, tail, who, terms)
     if nw == max(t.config.num_workers for t in curve) and len(curve) > 1 and rec is best:
         fewer_within = any(t.config.num_workers < nw and noise.within(t, rec) for t in curve)
-        return _still_rising_reason(rec, band, machine, fewer_within, *end, terms=terms)
+        twins = _on_twins(rec, ok, noise.tolerance)
+        return _still_rising_reason(rec, band, machine, fewer_within, *end, terms=terms, twins=twins)
     epoch = epoch_bound(rec)  # what bounds its row in the table comes first there, so here too
-    return f"{epoch}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
+    repay = f"; {REPAY}" if epoch and restarts(rec) else ""
+    return f"{epoch}{repay}; {tail}" if epoch else _bound_reason(rec, curve, tail, machine)
 
 
 def _tail(rec: TrialResult, best: TrialResult, curve: list[TrialResult], noise: Noise, who: Name) -> str:
@@ -308,13 +313,58 @@ def _zero_workers_reason(
             f"best with workers: {who(top)} at {sps(top):.0f} vs {sps(rec):.0f} samples/s, "
             f"{pct(sps(top) / sps(rec) - 1.0, signed=True)}"
         )
+        restart = _restart_cost(with_workers, noise.tolerance, who)
         if noise.surely_slower(top, rec):
-            return f"the main process does the work fastest (0 workers): workers cost more than they save ({versus})"
+            cost = f": {restart}" if restart else ""
+            return (
+                f"the main process does the work fastest (0 workers): workers cost more than they save ({versus}){cost}"
+            )
         return (
             f"0 workers: workers add no speed measured beyond the noise ({versus}, within ±"
-            f"{pct(Z * noise.stderr(top, rec))}), and cost memory and start-up"
+            f"{pct(Z * noise.stderr(top, rec))}), and cost memory and start-up" + (f"; {restart}" if restart else "")
         )
     return f"the main process keeps up (0 workers): {tail}"
+
+
+def _on_twins(rec: TrialResult, ok: list[TrialResult], tolerance: float) -> bool:
+    """Whether `rec` is on a persistent curve measured only at the counts the climb measured without persistent
+    workers (the epoch phase's twins, search/persist.py): how the climb stopped is then the plain curve's."""
+    plain = {dataclasses.replace(t.config, persistent_workers=True) for t in ok if worth_persisting(t, tolerance)}
+    curve = [t for t in ok if t.config.num_workers > 0 and on_curve(t.config, curve_key(rec.config))]
+    return rec.config.persistent_workers and bool(curve) and all(t.config in plain for t in curve)
+
+
+def _kept_note(rec: TrialResult, ok: list[TrialResult], tolerance: float) -> str:
+    """For a recommendation with persistent workers whose twin without them restarts at a cost beyond the noise:
+    'persistent workers: without them each epoch restarts 2 workers in 6.30 s, 41% of its time (31 vs 48
+    samples/s)'; else ''."""
+    if not rec.config.persistent_workers:
+        return ""
+    plain = dataclasses.replace(rec.config, persistent_workers=False)
+    twin = next((t for t in ok if t.config == plain and worth_persisting(t, tolerance)), None)
+    if twin is None:
+        return ""
+    return (
+        f"persistent workers: without them {restart_phrase(twin)} ({sps(twin):.0f} vs {sps(rec):.0f} samples/s): "
+        f"{REPAY}"
+    )
+
+
+def _restart_cost(with_workers: list[TrialResult], tolerance: float, who: Name) -> str:
+    """What the epoch boundary costs the fastest workers that restart every epoch, when beyond the noise band:
+    'each epoch restarts 2 workers in 6.30 s, 41% of its time, and each fresh worker pays its start-up again (...)'
+    and what persistent workers did, measured ('kept by persistent_workers=True, 2 workers reach 50
+    samples/s'), or what they would do. '' when no restart costs beyond the noise."""
+    paying = [t for t in with_workers if worth_persisting(t, tolerance)]
+    if not paying:
+        return ""
+    t = max(paying, key=sps)
+    text = f"{restart_phrase(t)}, and {REPAY}"
+    twin = next((o for o in with_workers if o.config == dataclasses.replace(t.config, persistent_workers=True)), None)
+    if twin is None:
+        return f"{text}; persistent_workers=True keeps them"
+    verb = "reaches" if twin.config.num_workers == 1 else "reach"
+    return f"{text}; kept by persistent_workers=True, {who(twin)} {verb} {sps(twin):.0f} samples/s"
 
 
 def _still_rising_reason(
@@ -325,6 +375,7 @@ def _still_rising_reason(
     stop: SearchStep | None = None,
     top: int | None = None,
     terms: Terms = SWEEP_TERMS,
+    twins: bool = False,
 ) -> str:
     """The recommendation is the largest worker count measured, and the fastest. Why nothing larger was: the top of
     the range (then, and only then, the range was too narrow), or how the search stopped (engine/verdict/stops.py).
@@ -343,7 +394,10 @@ def _still_rising_reason(
     if top is None or n >= top:  # the top of the range measured and fastest: only then is the range too narrow
         rising = f"throughput still rising at {workers(n)} (the largest tried; {within})"
         return f"{kind}: {rising}" + (f"; try {terms.wider}" if terms.wider else "")
-    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {stop_clause(stop, n, top, terms)}"
+    clause = stop_clause(stop, n, top, terms)
+    if twins:  # `twins`: rec is a persistent twin of the climb's rungs (_on_twins): the stop was the plain curve's
+        clause = f"the climb without persistent workers stopped there ({clause}), and they were measured at its counts"
+    return f"{kind}: fastest at {workers(n)}, the most measured ({within}); {clause}"
 
 
 def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine: MachineInfo) -> str:

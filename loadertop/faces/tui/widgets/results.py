@@ -35,12 +35,16 @@ COLUMNS = (  # (label, the report's column key)
     ("stall", "stall"),
     ("p99 ms", "p99"),
     ("1st", "first"),
+    ("epoch", "epoch"),
     ("USS/w MB", "uss"),
     ("PSS MB", "pss"),
     ("GPU", "gpu"),
     ("status", "status"),
 )
 LEFT = ("cursor", "mark", "status")
+# Columns shown only when a row holds a figure (a previous run to compare with, an epoch boundary measured), with
+# the room each takes from the status when shown
+OPTIONAL = {"change": len(HEADERS["change"]), "epoch": len("0.48 s")}
 
 NOT_OK = ("failed", "skipped")
 # The status column's room at 120 columns (the last column: past it the table scrolls); longer texts are cut at a
@@ -104,8 +108,8 @@ class ResultsTable(DataTable[Text]):
         self.update_view()
 
     def _columns(self, shown: tuple[str, ...]) -> None:
-        """Lay out the columns `shown` (keys) when they changed: an empty "vs prev" (no previous run yet) gives
-        its room to the status."""
+        """Lay out the columns `shown` (keys) when they changed: an OPTIONAL column with nothing in it gives its room
+        to the status."""
         if tuple(str(c.key.value) for c in self.ordered_columns) == shown:
             return
         self.clear(columns=True)
@@ -128,11 +132,11 @@ class ResultsTable(DataTable[Text]):
         report = self.state.report()  # built here: on a trial's start or end, not per sample
         theme = self.app.theme_variables
         cells = [self._cells(rows[config], report, theme, STATUS_WIDTH) for config in self.configs]
-        compared = any(row["change"].plain for row in cells)
-        if compared:  # the "vs prev" column takes its room from the status
-            narrow = STATUS_WIDTH - len(HEADERS["change"]) - 2
+        hidden = {key for key in OPTIONAL if not any(row[key].plain.strip("– ") for row in cells)}
+        narrow = STATUS_WIDTH - sum(OPTIONAL[key] + 2 for key in OPTIONAL if key not in hidden)
+        if narrow < STATUS_WIDTH:  # a column shown only when it holds something takes its room from the status
             cells = [self._cells(rows[config], report, theme, narrow) for config in self.configs]
-        shown = tuple(key for _, key in COLUMNS if compared or key != "change")
+        shown = tuple(key for _, key in COLUMNS if key not in hidden)
         self._columns(shown)
         for row in cells:
             self.add_row(*(row[key] for key in shown), key=str(len(self.rows)))
