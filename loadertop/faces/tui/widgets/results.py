@@ -13,7 +13,7 @@ from textual.binding import Binding, BindingType
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable
 
-from loadertop.core.engine import HEADERS, Report, ReportRow, config_cells, ordered
+from loadertop.core.engine import HEADERS, NONE, Report, ReportRow, config_cells, ordered
 from loadertop.core.model.config import TrialConfig
 from loadertop.faces.tui.state import Row, SweepState
 
@@ -132,7 +132,7 @@ class ResultsTable(DataTable[Text]):
         report = self.state.report()  # built here: on a trial's start or end, not per sample
         theme = self.app.theme_variables
         cells = [self._cells(rows[config], report, theme, STATUS_WIDTH) for config in self.configs]
-        hidden = {key for key in OPTIONAL if not any(row[key].plain.strip("– ") for row in cells)}
+        hidden = {key for key in OPTIONAL if not any(row[key].plain.strip(f"{NONE} ") for row in cells)}
         narrow = STATUS_WIDTH - sum(OPTIONAL[key] + 2 for key in OPTIONAL if key not in hidden)
         if narrow < STATUS_WIDTH:  # a column shown only when it holds something takes its room from the status
             cells = [self._cells(rows[config], report, theme, narrow) for config in self.configs]
