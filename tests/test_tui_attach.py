@@ -149,6 +149,16 @@ async def test_no_warning_before_the_engine_gives_one() -> None:
 
 
 @sync
+async def test_the_warnings_pane_says_a_live_jobs_stages_are_not_measured_and_how_to_get_them() -> None:
+    app = app_with(FakeSession(demo_stream(3)))
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: app.state.count == 3)
+        said = " ".join(text(app, MessagesPane).split())
+        assert "stages: not measured on a live job" in said and "loadertop stages --dataset SPEC" in said, said
+        await pilot.press("q")
+
+
+@sync
 async def test_the_job_ending_is_shown_and_the_app_stays_up() -> None:
     snaps = demo_stream(8, ended="the job exited (exit code 0)")
     session = FakeSession(snaps, hold=False)  # the stream returns after the last snapshot, as the engine's does

@@ -45,7 +45,8 @@ PANES_HELP = (
     ("Workers", "each DataLoader worker's USS over time, its slope ± error in MB/min (⚠ with a leak warning), "
      "PSS and CPU; the job's total PSS, the main process and the memory still available."),
     ("Warnings", "leak warnings first (⚠, with the time left to the memory limit and the fix), other warnings, "
-     "what cannot be shown and why, and tune notes."),
+     "what cannot be shown and why, and tune notes; last, that a live job's stages (where a sample's time goes) "
+     "are not measured, and the command that measures them."),
 )  # fmt: skip
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from textual.content import Content
 
 from loadertop.core.engine import clock, mb, num, pct, percent, rate, slope, utilization
+from loadertop.core.model.stages import LIVE_STAGES
 from loadertop.faces.tui import fmt
 from loadertop.faces.tui.attach.state import LiveState, WorkerTrace
 from loadertop.faces.tui.widgets.pane import Pane
@@ -218,6 +219,7 @@ class MessagesPane(Pane[LiveState]):
         lines += [Content.assemble(("· ", "$accent"), note) for note in list(state.notes)[-4:]]
         if not lines:
             lines.append(Content.styled("no warnings", "dim"))
+        lines.append(Content.styled(LIVE_STAGES, "dim"))  # where the time goes inside a sample: said, not guessed
         return Content("\n").join(lines)
 
     def update_view(self) -> None:
