@@ -165,6 +165,17 @@ def test_the_ceilings_are_the_cpus_over_the_pipelines_cpu_and_one_over_the_main_
 
 
 @pytest.mark.unit
+def test_a_pipeline_with_nothing_timed_in_the_main_process_has_no_main_process_ceiling() -> None:
+    # A torchdata.nodes graph: no hand-over, no main side; its ceiling is the CPUs' alone, not "~– samples/s"
+    sample_only = tuple(s for s in measurement().stages if s.part == "sample")
+    report = judged(measurement(stages=sample_only))
+    names = [c.name for c in report.ceilings if not c.name.startswith("thread workers")]
+    assert names == ["the whole pipeline", "the CPUs (workers and main process)"], names
+    assert report.ceilings[0].basis == "the one below"
+    assert all(c.samples_per_s is not None for c in report.ceilings)
+
+
+@pytest.mark.unit
 def test_the_gap_beyond_ten_percent_is_unattributed() -> None:
     within = judged(measurement(loader_wall_s=0.0042))  # the stages sum to 4.0 ms: 4.8% under
     assert "unattributed" not in {row.stage.kind for row in within.rows} and within.gap == pytest.approx(0.2 / 4.2)

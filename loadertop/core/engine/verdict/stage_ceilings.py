@@ -136,17 +136,15 @@ def ceilings(stages: Sequence[Stage], cpus: int, beside: Beside = NOTHING) -> tu
     by_cpu, by_main = cpu_ceiling(cpus, cpu_s), main_ceiling(main_s)
     cpu_basis = f"{cpus} CPUs ÷ {num(cpu_s * 1000, 2)} CPU ms per sample"
     main_basis = f"1 ÷ {num(main_s * 1000, 3)} ms of its own work per sample"
-    swept = [Ceiling(name, value, basis) for name, value, basis in (
+    # Only the ceilings measured: a graph hands nothing to a main process of loadertop's timing (no main stage)
+    below = [Ceiling(name, value, basis) for name, value, basis in (
+        ("the CPUs (workers and main process)", by_cpu, cpu_basis), ("the main process", by_main, main_basis),
         (CONSUMER, beside.consumer, beside.consumer_basis), (TRANSPORT, beside.transport, beside.transport_basis),
     ) if value is not None]  # fmt: skip
-    whole = lowest(by_cpu, by_main, *(c.samples_per_s for c in swept))
-    among = f"the lowest of the next {2 + len(swept)}" if swept else "the lower of the two below"
-    return (
-        Ceiling("the whole pipeline", whole, among),
-        Ceiling("the CPUs (workers and main process)", by_cpu, cpu_basis),
-        Ceiling("the main process", by_main, main_basis),
-        *swept,
-    )
+    whole = lowest(*(c.samples_per_s for c in below))
+    named = {1: "the one below", 2: "the lower of the two below"}
+    among = named.get(len(below), f"the lowest of the next {len(below)}")
+    return (Ceiling("the whole pipeline", whole, among), *below)
 
 
 def replayed(measurement: StagesMeasurement, stages: Sequence[Stage], cpus: int, beside: Beside = NOTHING) -> tuple[
