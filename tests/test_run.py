@@ -47,7 +47,9 @@ sys.exit(int(sys.argv[3]))
 
 
 def run(args: list[str], jobs_root: Path, tmp_path: Path, env: dict[str, str] | None = None,
-        timeout: float = 30) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        timeout: float = 90) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    # `timeout`: a deadline for the job to end, not a verdict; beside two busy loops a spawned rank and its spawned
+    # workers (each importing torch) took past 30 s
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
     base = {**os.environ, "LOADERTOP_JOBS_DIR": str(jobs_root), "PYTHONPATH": str(ROOT), **(env or {})}
