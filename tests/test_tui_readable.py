@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.text import Text
 from textual.containers import VerticalScroll
+from textual.coordinate import Coordinate
 from textual.widgets._toast import Toast
 from tui_fakes import SETTINGS, WORKERS, FakeSweep, FakeSweepFactory, cell, sync, wait_until
 
@@ -309,3 +311,22 @@ async def test_every_status_is_whole_at_120_columns_with_and_without_a_previous_
             assert ("vs prev" in text) == (sweeps == 2)  # the report's name for the column, shown once there is one
             if sweeps == 1:
                 await pilot.press("r")
+
+
+@pytest.mark.tui
+@sync
+async def test_the_columns_fit_their_cells_as_soon_as_the_table_is_filled(tmp_path: Path) -> None:
+    # The DataTable measures its columns only when the app is next idle; a busy machine kept it from idling for
+    # seconds, the columns cut at their labels' widths. The table sets them from its cells when it fills.
+    factory = UnneededRungs(tmp_path)
+    app = make_app(SweepRequest(SETTINGS), sweep_factory=factory)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: len(factory.sweeps) == 1 and app.state.phase == "finished")
+        table = app.query_one(ResultsTable)
+        table.clear(columns=True)  # as when a column comes or goes (vs prev, epoch): laid out anew
+        table.update_view()  # no await: nothing idles before the check
+        for column in table.ordered_columns:
+            at = table.get_column_index(column.key)
+            cells = [table.get_cell_at(Coordinate(i, at)) for i in range(table.row_count)]
+            widest = max(c.cell_len if isinstance(c, Text) else len(str(c)) for c in cells)
+            assert column.get_render_width(table) - 2 * table.cell_padding >= widest, (column.key, widest)

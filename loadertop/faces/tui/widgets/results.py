@@ -107,15 +107,16 @@ class ResultsTable(DataTable[Text]):
     def on_mount(self) -> None:
         self.update_view()
 
-    def _columns(self, shown: tuple[str, ...]) -> None:
-        """Lay out the columns `shown` (keys) when they changed: an OPTIONAL column with nothing in it gives its room
-        to the status."""
-        if tuple(str(c.key.value) for c in self.ordered_columns) == shown:
+    def _columns(self, widths: dict[str, int]) -> None:
+        """Lay out the columns, keys to their widths, when they changed: an OPTIONAL column with nothing in it gives
+        its room to the status. The widths come from the cells, not from the DataTable's own measure, which waits for
+        the app to be idle: beside busy processes that wait can last seconds, the columns cut at their labels."""
+        if {str(c.key.value): c.width for c in self.ordered_columns} == widths:
             return
         self.clear(columns=True)
         for label, key in COLUMNS:
-            if key in shown:
-                self.add_column(label, key=key)
+            if key in widths:
+                self.add_column(label, key=key, width=widths[key])
 
     def selected_config(self) -> TrialConfig | None:
         if not self.configs or self.cursor_row < 0 or self.cursor_row >= len(self.configs):
@@ -137,7 +138,9 @@ class ResultsTable(DataTable[Text]):
         if narrow < STATUS_WIDTH:  # a column shown only when it holds something takes its room from the status
             cells = [self._cells(rows[config], report, theme, narrow) for config in self.configs]
         shown = tuple(key for _, key in COLUMNS if key not in hidden)
-        self._columns(shown)
+        labels = {key: label for label, key in COLUMNS}
+        self._columns({key: max(len(POINTER) if key == "cursor" else 0, Text(labels[key]).cell_len,
+                                *(row[key].cell_len for row in cells)) for key in shown})  # fmt: skip
         for row in cells:
             self.add_row(*(row[key] for key in shown), key=str(len(self.rows)))
         if keep in self.configs:
