@@ -65,7 +65,7 @@ exit codes: 0 done, 1 internal error (traceback in the run folder's runner.log),
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         # One line that names the problem, not a usage dump.
-        self.exit(EXIT_USAGE, f"loadertop: error: {message} (see loadertop --help)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> Parser:
@@ -166,13 +166,8 @@ def runs_from_args(args: argparse.Namespace, settings: Settings) -> tuple[SweepR
     return previous, list(kept or [])
 
 
-class AttachParser(Parser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"loadertop attach: error: {message} (see loadertop attach --help)\n")
-
-
 def build_attach_parser() -> Parser:
-    p = AttachParser(
+    p = Parser(
         prog="loadertop attach",
         description="Watch a running training job's data loading live: throughput, stall, workers' memory.",
         epilog="exit codes: 0 the job ended, 2 bad target (one line), 130 interrupted",
@@ -227,13 +222,8 @@ def open_metrics(address: str | None) -> MetricsServer | None:
     return server
 
 
-class RunParser(Parser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"loadertop run: error: {message} (see loadertop run --help)\n")
-
-
 def build_run_parser() -> Parser:
-    p = RunParser(
+    p = Parser(
         prog="loadertop run",
         usage="loadertop run [options] -- CMD ARGS...",
         description="Start a training job with every torch DataLoader iteration in it watched (its script "
@@ -290,13 +280,8 @@ def run_main(argv: list[str]) -> int:
     return one_line_errors("loadertop run", args.debug, run)
 
 
-class StagesParser(Parser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"loadertop stages: error: {message} (see loadertop stages --help)\n")
-
-
 def build_stages_parser() -> Parser:
-    p = StagesParser(
+    p = Parser(
         prog="loadertop stages",
         description="Where a sample's time goes: each stage of the dataset's pipeline (read, decode, each transform, "
         "its other calls, the collate, the hand-over to the main process, pin_memory, the copy to the GPU) measured "
@@ -346,13 +331,8 @@ def stages_main(argv: list[str]) -> int:
     return one_line_errors("loadertop stages", args.debug, run)
 
 
-class ReportParser(Parser):
-    def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"loadertop report: error: {message} (see loadertop report --help)\n")
-
-
 def build_report_parser() -> Parser:
-    p = ReportParser(
+    p = Parser(
         prog="loadertop report",
         description="A finished sweep as one file to attach to a pull request or a chat: samples/s against "
         "num_workers with its spread, the knee, the pick, memory and epoch restarts per configuration, the reason, "
