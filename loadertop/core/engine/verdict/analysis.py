@@ -18,7 +18,6 @@ from loadertop.core.engine.verdict.band import (
     finished,
     inconclusive,
     merge_repeats,
-    noise_band,
 )
 from loadertop.core.engine.verdict.bound import (
     CONSUMER_BOUND,
@@ -38,7 +37,7 @@ from loadertop.core.engine.verdict.transport_bound import transport_reason
 from loadertop.core.engine.wording import NONE, pct, sps, workers
 from loadertop.core.model.config import Settings
 from loadertop.core.model.curves import curve_key, on_curve
-from loadertop.core.model.figures import at_least_within, faster_beyond
+from loadertop.core.model.figures import at_least_within
 from loadertop.core.model.results import Ceiling, Knee, MachineInfo, Recommendation, SearchStep, TrialResult, UslFit
 
 if TYPE_CHECKING:
@@ -65,6 +64,7 @@ def analyze(
     best, rec = choose_merged(ok, tol, noise)
     rec, preferred = _prefer_steadier(rec, best, ok, settings, noise)
     rec, unpinned = _prefer_unpinned(rec, best, ok, noise, machine)
+    rec = _prefer_ordered(rec, ok, noise)
     curve = curve_of(ok, rec)
     top = max(settings.workers, default=None)
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(
@@ -77,7 +77,7 @@ def analyze(
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
     method = method_phrase(rec, ok, machine.usable_cpus, gil_enabled(), tol)  # thread vs process workers, as measured
     kept = _kept_note(rec, ok, tol)
-    notes = [n for n in (same, close, preferred, _unordered_gain(rec, ok, tol), unpinned, kept, over, method) if n]
+    notes = [n for n in (same, close, preferred, _unordered_gain(rec, ok, noise), unpinned, kept, over, method) if n]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
@@ -137,11 +137,18 @@ def _prefer_unpinned(
     return rec, "pin_memory left off: pinning not measured (no CUDA)"
 
 
-def _unordered_gain(rec: TrialResult, ok: list[TrialResult], tol: float) -> str:
-    """When in_order=False beats the same configuration in order by more than the noise band, the clause that
-    says so; else nothing."""
+def _prefer_ordered(rec: TrialResult, ok: list[TrialResult], noise: Noise) -> TrialResult:
+    """in_order=False changes what training sees (batches out of order), so it is kept only when it beats the same
+    configuration in order beyond their noise band: its in-order twin, when measured within that band, is taken."""
     twin = _twin(rec, ok, in_order=True) if not rec.config.in_order else None
-    if twin is None or not sps(twin) or not faster_beyond(sps(rec), sps(twin), noise_band(tol, rec, twin)):
+    return twin if twin is not None and noise.within(twin, rec) else rec
+
+
+def _unordered_gain(rec: TrialResult, ok: list[TrialResult], noise: Noise) -> str:
+    """When in_order=False beats the same configuration in order by more than their noise band (the rule of
+    _prefer_ordered), the clause that says so; else nothing."""
+    twin = _twin(rec, ok, in_order=True) if not rec.config.in_order else None
+    if twin is None or not sps(twin) or noise.within(twin, rec):
         return ""
     tails = ""
     if rec.wait_ms_p99 is not None and twin.wait_ms_p99 is not None:
@@ -385,8 +392,8 @@ def _still_rising_reason(
         kind = epoch
     elif bound.kind == IO_BOUND:
         kind = IO_BOUND
-    elif bound.kind == CPU_BOUND:  # the table's words for the same row
-        kind = bound_phrase(rec, machine)  # the table's words, contended or not
+    elif bound.kind in (CPU_BOUND, CONSUMER_BOUND, MAIN_BOUND):  # the table's words for the same row, contended or not
+        kind = bound_phrase(rec, machine)
     else:
         kind = "loader-bound"
     n = rec.config.num_workers
