@@ -117,9 +117,10 @@ def _stage_citation(result: SweepResult, row: TrialResult, why: str) -> list[str
 
 def _comparisons(reason: str) -> list[str]:
     problems = [f"'are slower' with {a} ≥ {b}" for a, b in ARE_SLOWER.findall(reason) if int(a) >= int(b)]
-    for a, b, band in NO_SPEED.findall(reason):
-        if int(a) > int(b) * (1.0 + float(band) / 100.0) + 1:
-            problems.append(f"'no speed' when {a} beats {b} by more than {band}%")
+    for a, b, band in NO_SPEED.findall(reason):  # the slower within the band below the faster (band.py's rule)
+        slower, faster = sorted((int(a), int(b)))
+        if slower + 1 < faster * (1.0 - float(band) / 100.0):
+            problems.append(f"'no speed' when {faster} beats {slower} by more than {band}%")
     return problems
 
 

@@ -225,3 +225,15 @@ def test_the_checker_finds_the_sentences_the_issue_found() -> None:
     assert any("'try fewer workers' when fewer measured slower" in f for f in found), found
     assert any("knee at 0 workers" in f for f in found), found
     assert any("'slower again at 4 workers'" in f for f in found), found
+
+
+def test_no_speed_is_read_as_the_rule_chooses_it() -> None:
+    """'no speed (a vs b, within B%)': the slower of the two within B% below the faster, either way round (the rule
+    a recommendation is chosen by: band.at_least_within of the cheaper against the best)."""
+    from reason_checks import _comparisons
+
+    assert _comparisons("8 workers add 90 MB and no speed (493 vs 449 samples/s, within 9.5%)") == []
+    assert _comparisons("2 workers add no speed (449 vs 493 samples/s, within 9.5%)") == []
+    assert _comparisons("8 workers add 90 MB and no speed (560 vs 449 samples/s, within 9.5%)") == [
+        "'no speed' when 560 beats 449 by more than 9.5%"
+    ]

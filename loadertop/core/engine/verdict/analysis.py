@@ -455,8 +455,9 @@ def _bound_reason(rec: TrialResult, curve: list[TrialResult], tail: str, machine
 
 
 def _comparison(other: TrialResult, rec: TrialResult, noise: Noise, name: str) -> str:
-    """'8 workers add 310 MB and no speed (1012 vs 1003 samples/s, within 5%)', '... are slower (...)' when surely
-    so by the noise between runs, else '... are not faster (...)'."""
+    """'8 workers add 310 MB and no speed (1012 vs 1003 samples/s, within 5%)': the slower of the two within the band
+    below the faster (the rule the recommendation is chosen by); '... are slower (...)' when surely so by the noise
+    between runs, else '... are not faster (...)'."""
     a, b = sps(other), sps(rec)
     band = noise.band(other, rec)
     mem = ""
@@ -465,9 +466,11 @@ def _comparison(other: TrialResult, rec: TrialResult, noise: Noise, name: str) -
         if extra >= 1.0:
             mem = f"add {extra:.0f} MB and "
     verb = mem or "add "
-    if at_least_within(a, b, band):
+    if at_least_within(min(a, b), max(a, b), band):  # the slower within the band below the faster, as chosen
         return f"{name} {verb}no speed ({a:.0f} vs {b:.0f} samples/s, within {pct(band)})"
     gap = f"{pct(a / b - 1.0, signed=True)} ± {pct(Z * noise.stderr(other, rec))}"
+    if a > b:
+        return f"{name} are faster by more than the {pct(band)} band ({a:.0f} vs {b:.0f} samples/s, {gap})"
     if noise.surely_slower(other, rec):
         return f"{name} are slower ({a:.0f} vs {b:.0f} samples/s, {gap})"
     return f"{name} {mem}are not faster, slower on these runs but not surely ({a:.0f} vs {b:.0f} samples/s, {gap})"
