@@ -19,7 +19,7 @@ from loadertop.core.model.results import Ceiling, TrialResult
 
 DATA = Path(__file__).parent / "data"
 COUNTED = f"{DATA}/counted.py"
-FAST = dict(trial_seconds=2.0, block_seconds=0.15, interval=0.2, start_methods=("fork",))
+FAST = dict(trial_seconds=1.0, block_seconds=0.15, interval=0.2, start_methods=("fork",))
 GRID = [TrialConfig(0, 32), TrialConfig(1, 32, 2, start_method="fork"), TrialConfig(2, 32, 2, start_method="fork")]
 sys.path.insert(0, str(DATA))
 from corrupt_clips import write_clips  # noqa: E402  (tests/data is not a package)
@@ -30,8 +30,12 @@ PIL_ERROR = (
 )
 
 
-def sweep(runs: Path, factory: str, log: Path | None, only: list[TrialConfig], **more: object) -> tuple[Sweep, list]:
+def sweep(
+    runs: Path, factory: str, log: Path | None, only: list[TrialConfig], n: int | None = None, **more: object
+) -> tuple[Sweep, list]:
     args = {"log": str(log)} if log else {}
+    if n is not None:
+        args["n"] = str(n)
     settings = Settings(dataset=f"{COUNTED}:{factory}", dataset_args=tuple(args.items()), **{**FAST, **more})  # type: ignore[arg-type]
     runner = Sweep(settings, out_dir=runs, only=only)
     notices = [e.message for e in runner.events() if isinstance(e, Notice)]
@@ -70,7 +74,8 @@ def test_rebuild_dataset_builds_it_in_every_trial(runs: Path, tmp_path: Path) ->
 def test_spawn_and_forkserver_workers_get_the_shared_dataset_pickled(runs: Path, tmp_path: Path) -> None:
     log = tmp_path / "builds.log"
     only = [TrialConfig(1, 32, 2, start_method=m) for m in ("spawn", "forkserver")]
-    runner, _ = sweep(runs, "make", log, only, start_methods=("spawn", "forkserver"))
+    # Epochs longer than a trial: each epoch would start its spawned worker afresh (seconds of importing torch)
+    runner, _ = sweep(runs, "make", log, only, n=1_000_000, start_methods=("spawn", "forkserver"))
     assert runner.result is not None and ran(runner.result.trials) and len(runner.result.trials) == 2
     assert builds(log) == 1
 
