@@ -106,8 +106,8 @@ def test_a_steep_climb_in_the_window_carries_its_warning() -> None:
 
 
 def test_the_pane_lists_only_the_running_trials_own_workers() -> None:
-    # Issue 22: w0-w3 during a 2-worker trial (the workers of the epoch before were kept), and 16 rows during an
-    # 8-worker one. The pane lists what the engine lists: the workers running now.
+    # A pane once listed w0-w3 during a 2-worker trial (the workers of the epoch before were kept), and 16 rows
+    # during an 8-worker one. The pane lists what the engine lists: the workers running now.
     config = TrialConfig(num_workers=2, batch_size=32, prefetch_factor=2, start_method="fork")
     state = SweepState()
     state.begin(only=False)

@@ -1,4 +1,4 @@
-"""Issue 21.4: the pre-flight checks. /dev/shm against the batches in flight, the dataset's pickle for spawn and
+"""The pre-flight checks: /dev/shm against the batches in flight, the dataset's pickle for spawn and
 forkserver (the attribute that cannot be pickled named), --strict, and the first batch forecast from the first rungs
 and checked against the measurement."""
 

@@ -1,4 +1,4 @@
-"""Issue 22 items 4 and 5: advice and labels that the measurements beside them contradict.
+"""Advice and labels that the measurements beside them contradict.
 
 Results are built by hand (no trials run) from the issue's own numbers, and two recorded runs are judged again; the
 reasons come from the engine's one conclusion (engine/outcome.conclude), as every face shows them."""
@@ -16,7 +16,7 @@ from loadertop.core.engine.report.rows import build_report
 from loadertop.core.engine.verdict.bound import CPU_BOUND, IO_BOUND, LOADER_BOUND, bound_of
 from loadertop.core.engine.verdict.outcome import conclude
 from loadertop.core.model.config import Settings, TrialConfig
-from loadertop.core.model.results import Knee, MachineInfo, SweepResult, TrialResult
+from loadertop.core.model.results import Ceiling, Knee, MachineInfo, SweepResult, TrialResult
 
 pytestmark = pytest.mark.unit  # no subprocess, no DataLoader workers
 
@@ -54,6 +54,14 @@ RISING_TO_THE_CONSUMER = [
     trial(1, 1, 40.0, 120.0, 70.0, 0.30),
     trial(2, 2, 56.0, 140.0, 80.0, 0.03),
 ]
+# A float32 image batch on 2 CPUs: 2 workers hand over 93% of what this machine's workers can hand over at all
+# (the transport ceiling), and the main process alone, loader-bound, is faster: the ★ 0-worker row said
+# loader-bound, the Why led with transport-bound.
+HANDED_OVER = [trial(0, 0, 800.0 * 32, 60.0, 60.0, 0.20), trial(1, 2, 140.0 * 32, 120.0, 40.0, 0.5)]
+HANDED_OVER_CEILINGS = (
+    Ceiling(32, 900.0 * 32, "null", None, "transport", 0, False, 900.0, 900.0 * 18.4 / 1024, 18.4, 2, True),
+    Ceiling(32, 150.0 * 32, "null", None, "transport", 2, False, 150.0, 150.0 * 18.4 / 1024, 18.4, 2, True),
+)
 # Genuinely waiting: 8 CPUs mostly idle while the training loop stalls.
 IO_WAITING = [trial(i, w, 90.0 * w, 10.0 + 8.0 * w, 8.0, 0.8) for i, w in enumerate((1, 2, 4, 8, 16))]
 IO_WAITING[-1] = dataclasses.replace(IO_WAITING[-1], samples_per_s=760.0)  # flat past 8: 720 vs 760
@@ -183,6 +191,9 @@ CASES = {
     "saturating 2 CPUs, a consumer": lambda: judged(SATURATING),
     "rising to the top of the range, consumer-bound": lambda: judged(
         RISING_TO_THE_CONSUMER, dataclasses.replace(STEPPING, workers=(0, 1, 2), search="grid")
+    ),
+    "0 workers faster than workers hand over": lambda: (
+        conclude(HANDED_OVER, PLAIN, machine(), ceilings=HANDED_OVER_CEILINGS).result
     ),
     "recorded_result.json": lambda: _recorded("recorded_result.json"),
     "previous_result.json": lambda: _recorded("previous_result.json"),

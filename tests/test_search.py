@@ -225,7 +225,7 @@ def _run(n: int, sps: float, index: int, spread: float = 0.06) -> TrialResult:
 
 @pytest.mark.unit
 def test_a_rival_a_few_workers_from_the_choice_gets_no_duel_and_a_farther_one_does():
-    """Issue 18's I/O-bound search: 30 vs 32 workers took 8 repeats to end undecided, to save 2 workers; the next
+    """An I/O-bound search: 30 vs 32 workers took 8 repeats to end undecided, to save 2 workers; the next
     run of the same workload never measured 30 and picked 32."""
     from loadertop.core.engine.search.finalists import duels
 
@@ -261,7 +261,7 @@ def test_usl_moves_the_next_rung_to_its_predicted_peak():
 
 @pytest.mark.unit
 def test_a_trusted_fit_past_its_peak_stops_the_climb():
-    # Issue 12: a USL fit with R² = 1.00 put the peak at 15.6 workers, 16 had been measured, and the climb still
+    # A USL fit with R² = 1.00 put the peak at 15.6 workers, 16 had been measured, and the climb still
     # went on to 32 and (32 never settling) to 64, the dearest trials of the sweep. λ=100, α=0.02, β=0.004: N*=15.65.
     def contended(config: TrialConfig, run: int) -> dict[str, Any]:
         n = config.num_workers

@@ -1,4 +1,4 @@
-"""Issue 22 item 5: search trace lines that contradicted themselves, each fixed at its cause.
+"""Search trace lines that contradicted themselves, each fixed at its cause.
 
 - a rung slower than the best below beyond the band was called "less than the noise band";
 - a head-to-head where the cheaper finalist read faster was called "smaller than the band: within noise";

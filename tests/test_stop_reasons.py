@@ -1,4 +1,4 @@
-"""Issue 18.3: every way the adaptive search can stop, and the recommendation's reason checked clause by clause
+"""Every way the adaptive search can stop, and the recommendation's reason checked clause by clause
 against the search trace and the trials. "Try a wider --workers range" only when the top of the range was measured
 and won; a stop on a model, a ceiling, a budget or a fault says so, with its number.
 

@@ -43,7 +43,7 @@ def test_tune_climbs_as_far_as_the_sweep_would() -> None:
 
 
 def test_the_choice_and_its_reason_are_the_sweeps() -> None:
-    # Issue 22's trace: w=8 614 (its spread makes the band 15%), w=4 591, w=2 581 then 525, prefetch 4 at w=2.
+    # A recorded trace: w=8 614 (its spread makes the band 15%), w=4 591, w=2 581 then 525, prefetch 4 at w=2.
     tuner = Tuner(tune_settings(USER, machine(), 8, 0.05, cuda=False), machine())
     runs = [result(0, 300), result(1, 330), result(2, 581, 0.04), result(4, 591, 0.10), result(8, 614, 0.15)]
     runs += [result(2, 500, 0.04, prefetch=4), result(2, 525, 0.04)]
@@ -121,7 +121,7 @@ def test_short_epochs_are_measured_whole_after_the_switch_epoch() -> None:
 
 
 def test_an_epochs_boundary_is_in_the_rate_but_not_in_the_spread() -> None:
-    # Issue 18's I/O-bound case at 8 workers: 125-batch epochs of 20 ms steps, the workers started again at each
+    # An I/O-bound job at 8 workers: 125-batch epochs of 20 ms steps, the workers started again at each
     # boundary (0.4 s in that epoch's first wait). In one of the 6 blocks the boundary read as a ±23% spread, the
     # noise band grew to 15% and 8 workers stood for 11, 14% slower.
     from loadertop.core.job.tune_measure import Meter

@@ -64,7 +64,7 @@ def analyze(
     best, rec = choose_merged(ok, tol, noise)
     rec, preferred = _prefer_steadier(rec, best, ok, settings, noise)
     rec, unpinned = _prefer_unpinned(rec, best, ok, noise, machine)
-    rec = _prefer_ordered(rec, ok, noise)
+    rec, unordered = _prefer_ordered(rec, ok, noise)
     curve = curve_of(ok, rec)
     top = max(settings.workers, default=None)
     reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(
@@ -77,7 +77,7 @@ def analyze(
     over = oversubscribed(rec, machine, bool(settings.consumer), ok, tol)  # --step-ms leaves the CPU threads idle
     method = method_phrase(rec, ok, machine.usable_cpus, gil_enabled(), tol)  # thread vs process workers, as measured
     kept = _kept_note(rec, ok, tol)
-    notes = [n for n in (same, close, preferred, _unordered_gain(rec, ok, noise), unpinned, kept, over, method) if n]
+    notes = [n for n in (same, close, preferred, unordered, unpinned, kept, over, method) if n]
     runs = [t for t in trials if t.config == rec.config and t.status == "ok" and t.samples_per_s is not None]
     if len(runs) > 1:
         notes.append(f"mean of {len(runs)} runs ({', '.join(f'{sps(t):.0f}' for t in runs)} samples/s)")
@@ -137,23 +137,19 @@ def _prefer_unpinned(
     return rec, "pin_memory left off: pinning not measured (no CUDA)"
 
 
-def _prefer_ordered(rec: TrialResult, ok: list[TrialResult], noise: Noise) -> TrialResult:
+def _prefer_ordered(rec: TrialResult, ok: list[TrialResult], noise: Noise) -> tuple[TrialResult, str]:
     """in_order=False changes what training sees (batches out of order), so it is kept only when it beats the same
-    configuration in order beyond their noise band: its in-order twin, when measured within that band, is taken."""
+    configuration in order beyond their noise band: its in-order twin, when measured within that band, is taken.
+    Returns the choice and, when in_order=False is kept over a measured twin, the clause that says by how much."""
     twin = _twin(rec, ok, in_order=True) if not rec.config.in_order else None
-    return twin if twin is not None and noise.within(twin, rec) else rec
-
-
-def _unordered_gain(rec: TrialResult, ok: list[TrialResult], noise: Noise) -> str:
-    """When in_order=False beats the same configuration in order by more than their noise band (the rule of
-    _prefer_ordered), the clause that says so; else nothing."""
-    twin = _twin(rec, ok, in_order=True) if not rec.config.in_order else None
-    if twin is None or not sps(twin) or noise.within(twin, rec):
-        return ""
+    if twin is None or not sps(twin):
+        return rec, ""
+    if noise.within(twin, rec):
+        return twin, ""
     tails = ""
     if rec.wait_ms_p99 is not None and twin.wait_ms_p99 is not None:
         tails = f", data-wait p99 {rec.wait_ms_p99:.1f} vs {twin.wait_ms_p99:.1f} ms"
-    return (
+    return rec, (
         f"in_order=False: {pct(sps(rec) / sps(twin) - 1.0, signed=True)} over in order ({sps(rec):.0f} vs "
         f"{sps(twin):.0f} samples/s{tails}): a slow sample no longer holds up the batches behind it"
     )

@@ -77,11 +77,15 @@ def transport_reason(rec: TrialResult, ok: Sequence[TrialResult], ceilings: Sequ
     if found is None:
         return ""
     c, share = found
-    text = (f"transport-bound: {who} {'reaches' if who.startswith('1 ') else 'reach'} {pct(share)} of the "
-            f"{c.gib_per_s or 0:.1f} GiB/s this machine hands over from workers ({c.batches_per_s or 0:.0f} "
-            f"batches/s of {c.batch_mb or 0:.1f} MiB)")  # fmt: skip
+    reach = (f"{who} {'reaches' if who.startswith('1 ') else 'reach'} {pct(share)} of the {c.gib_per_s or 0:.1f} "
+             f"GiB/s this machine hands over from workers ({c.batches_per_s or 0:.0f} batches/s of "
+             f"{c.batch_mb or 0:.1f} MiB)")  # fmt: skip
+    # 0 workers hand nothing over: the bound is the workers', and the pick's own bound is its row's to state.
     if rec.config.num_workers == 0:
-        text += f"; the main process alone makes these batches faster: 0 workers ({sps(rec):.0f} samples/s)"
+        text = (f"the main process alone makes these batches faster: 0 workers ({sps(rec):.0f} samples/s), more "
+                f"than workers can hand over: {reach}")  # fmt: skip
+    else:
+        text = f"transport-bound: {reach}"
     fixes = transport_fixes(c, ceilings, tol)
     return text + (f"; to move more: {', '.join(fixes)}" if fixes else "")
 
