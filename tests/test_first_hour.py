@@ -19,8 +19,6 @@ from loadertop.core.model.results import SweepResult
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"
-sys.path.insert(0, str(DATA))
-from first_hour import make_images  # noqa: E402  (tests/data is not a package)
 
 
 def loadertop_cli(*args: str, runs: Path) -> subprocess.CompletedProcess[str]:
@@ -31,6 +29,11 @@ def loadertop_cli(*args: str, runs: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def images(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    # Imported here, not at collection: the module builds its optimizer on import (torch._dynamo, ~2 s of CPU in
+    # every test worker).
+    sys.path.insert(0, str(DATA))  # tests/data is not a package
+    from first_hour import make_images
+
     return make_images(tmp_path_factory.mktemp("first_hour") / "images", per_class=40)
 
 

@@ -105,7 +105,7 @@ def make_images(root: Path, classes: int = 4, per_class: int = 12) -> None:
 
 
 def watch_and_time(jobs_root: Path, tmp_path: Path) -> tuple[list[LiveSnapshot], list[tuple[float, float]]]:
-    """Attach's snapshots (2 s each) and the job's own (wait, step) records for the same run."""
+    """Attach's snapshots (1 s each) and the job's own (wait, step) records for the same run."""
     make_images(tmp_path / "images")
     out, go, stop = tmp_path / "steps.json", tmp_path / "go", tmp_path / "stop"
     env = {**os.environ, "LOADERTOP_JOBS_DIR": str(jobs_root), "PYTHONPATH": str(ROOT)}
@@ -117,7 +117,7 @@ def watch_and_time(jobs_root: Path, tmp_path: Path) -> tuple[list[LiveSnapshot],
         while not (jobs_root / str(job.pid) / "sock").exists():
             assert job.poll() is None and time.monotonic() < deadline, "the job never became watchable"
             time.sleep(0.05)
-        session = open_session(job.pid, interval=2.0)
+        session = open_session(job.pid, interval=1.0)
         go.touch()
         snaps: list[LiveSnapshot] = []
         for snap in session.snapshots():
