@@ -218,7 +218,7 @@ def oom_kills() -> int | None:
 def guarded_sweep(runs: Path, only: list[TrialConfig], floor_mb: float, **args: str) -> tuple[SweepResult, list]:
     settings = Settings(
         dataset=f"{FAULTS}:allocating", dataset_args=tuple(args.items()), mem_floor=f"{floor_mb:.0f}MiB",
-        trial_seconds=3, target_spread=0.0, interval=0.2, start_methods=("fork",),
+        trial_seconds=1.5, target_spread=0.0, interval=0.2, start_methods=("fork",),
     )  # fmt: skip
     sweep = Sweep(settings, out_dir=runs, only=only)
     family = Family().watch()
