@@ -88,14 +88,14 @@ CEILINGS = (_transport(0, 900.0), _transport(1, 95.0), _transport(2, 150.0), _tr
 @pytest.mark.unit
 def test_a_trial_at_the_transport_ceiling_is_transport_bound_and_named_with_its_fixes() -> None:
     zero, two = _trial(0, 800 * 32), _trial(2, 140 * 32)
-    phrase = transport_phrase(two, CEILINGS, [zero, two], 0.05)
+    phrase = transport_phrase(two, CEILINGS, [zero, two])
     assert phrase.startswith("transport-bound: 93% of the 2.7 GiB/s this machine hands over from workers")
     assert "the main process alone makes these batches faster: 0 workers" in phrase
     reason = transport_reason(zero, [zero, two], CEILINGS, 0.05)
     assert "uint8 samples normalised on the GPU" in reason and "a larger batch" in reason
     assert "fewer, larger tensors" not in reason
     # Far below the ceiling: not transport-bound, nothing said.
-    assert transport_phrase(_trial(2, 60 * 32), CEILINGS, [zero], 0.05) == ""
+    assert transport_phrase(_trial(2, 60 * 32), CEILINGS, [zero]) == ""
 
 
 @pytest.mark.unit

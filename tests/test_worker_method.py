@@ -169,8 +169,8 @@ def test_thread_workers_are_never_transport_bound_and_load_in_the_training_proce
 
     ceiling = Ceiling(32, 1100.0, kind="transport", num_workers=2, pin_memory=False, batches_per_s=1100 / 32)
     procs, threads = _trial("process", 1050.0, 150.0, 220.0), _trial("thread", 1050.0, 97.0, 130.0)
-    assert transport_share(procs, [ceiling], 0.05) is not None  # the queues bound the processes' hand-off
-    assert transport_share(threads, [ceiling], 0.05) is None  # threads do not use them
+    assert transport_share(procs, [ceiling]) is not None  # the queues bound the processes' hand-off
+    assert transport_share(threads, [ceiling]) is None  # threads do not use them
     machine = MachineInfo("host", "linux", "3.12", "2.6", 4, 4, None, 8192.0, 4096.0, None, None, "fork")
     assert "main-process-bound (loading in the training process at 97% CPU" in bound_phrase(threads, machine)
 

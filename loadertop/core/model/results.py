@@ -108,7 +108,8 @@ class TrialResult:
     # Set when the epoch was shorter than the trial: blocks were then whole epochs of this many batches, each
     # boundary included (the throughput training sees); None when the blocks ran inside one epoch.
     epoch_batches: int | None = None
-    fraction_of_ceiling: float | None = None  # samples/s ÷ the consumer's ceiling; None when there is no ceiling
+    # samples/s ÷ the consumer's ceiling; None when there is no ceiling, or it read low (the trial beat it)
+    fraction_of_ceiling: float | None = None
     repeat_of: int | None = None  # index of the first trial of the same configuration (a finalist re-measured)
     ranks: int = 1  # loader replicas measured at once (--ranks); rates above are their sum
     rank_samples_per_s: tuple[float, ...] = ()  # each rank's own samples/s, when ranks > 1

@@ -67,9 +67,9 @@ def analyze(
     rec, unordered = _prefer_ordered(rec, ok, noise)
     curve = curve_of(ok, rec)
     top = max(settings.workers, default=None)
-    reason = transport_reason(rec, ok, ceilings, tol) or _recommendation_reason(
-        rec, best, ok, curve, noise, machine, (stop, top), terms
-    )
+    # An epoch-bound row leads with its restarts (reasons.trial_reason), so its Why does too.
+    transport = "" if epoch_bound(rec) else transport_reason(rec, ok, ceilings, tol)
+    reason = transport or _recommendation_reason(rec, best, ok, curve, noise, machine, (stop, top), terms)
     if doubt := inconclusive(noise, rec, best, tol):
         reason = f"{doubt}; {reason}"
     same, close = equivalence(rec, best, curve, noise)
@@ -304,7 +304,7 @@ def _zero_workers_reason(
     with_workers = [t for t in ok if t.config.num_workers > 0]
     if not with_workers:
         share = rec.fraction_of_ceiling
-        if share is not None and share >= 1.0 - band:
+        if share is not None and 1.0 - band <= share <= 1.0 + band:  # beyond it the ceiling read low
             return (
                 f"consumer-bound: 0 workers already deliver {pct(share)} of the {sps(rec) / share:.0f} "
                 "samples/s the training step can take (its ceiling): workers cannot make it faster"

@@ -37,7 +37,7 @@ def annotate(
     Reasons compare each trial with the best of the sweep, so they are final only at the end. A configuration
     measured more than once is judged on its runs together (their mean, as its report row and the recommendation
     quote it), so every run of it gives the same reason."""
-    by_batch = {c.batch_size: c.samples_per_s for c in consumer_ceilings(ceilings)}
+    by_batch = {c.batch_size: c for c in consumer_ceilings(ceilings)}
     merged = {t.config: t for t in merge_repeats([t for t in trials if t.status == "ok"])}
     best = max(merged.values(), key=sps, default=None)
     peak = sps(best) if best is not None and best.samples_per_s else None
@@ -48,14 +48,24 @@ def annotate(
     first: dict[TrialConfig, int] = {}
     out = []
     for t in trials:
-        ceiling = by_batch.get(t.config.batch_size)
+        measured = by_batch.get(t.config.batch_size)
+        ceiling, ceiling_spread = (measured.samples_per_s, measured.spread or 0.0) if measured else (None, 0.0)
         earlier = first.setdefault(t.config, t.index)
         repeat_of = earlier if earlier != t.index else None
         judged = merged.get(t.config, t) if t.status == "ok" else t
-        transport = transport_phrase(judged, ceilings, list(merged.values()), tolerance) if t.status == "ok" else ""
+        transport = transport_phrase(judged, ceilings, list(merged.values())) if t.status == "ok" else ""
         within = not noise.surely_outside(judged, best) if best is not None and t.status == "ok" else None
         reason = trial_reason(
-            judged, machine, peak, tolerance, ceiling, transport, cpu_step, list(merged.values()), within
+            judged,
+            machine,
+            peak,
+            tolerance,
+            ceiling,
+            transport,
+            cpu_step,
+            list(merged.values()),
+            within,
+            ceiling_spread,
         )
         if repeat_of is not None:
             reason += f" (repeat of #{repeat_of})"
@@ -63,7 +73,7 @@ def annotate(
             dataclasses.replace(
                 t,
                 reason=reason,
-                fraction_of_ceiling=t.samples_per_s / ceiling if ceiling and t.samples_per_s is not None else None,
+                fraction_of_ceiling=ceiling_share(t, ceiling, noise_band(tolerance, t) + ceiling_spread),
                 repeat_of=repeat_of,
             )
         )
@@ -80,6 +90,7 @@ def trial_reason(
     cpu_step: bool = False,
     measured: Sequence[TrialResult] = (),
     within: bool | None = None,
+    ceiling_spread: float = 0.0,
 ) -> str:
     """A short phrase for the results table: what bounds this trial (see the module's categories), its share of
     the consumer's `ceiling`, and how it compares with the best. `transport` is its transport-bound phrase, if any
@@ -98,7 +109,7 @@ def trial_reason(
     if method:
         phrase += f"; {method}"
     if ceiling and trial.samples_per_s is not None:
-        phrase += f", {pct(trial.samples_per_s / ceiling)} of ceiling"
+        phrase += ceiling_share_phrase(trial, ceiling, noise_band(tolerance, trial) + ceiling_spread)
     if peak_samples_per_s and trial.samples_per_s is not None:
         ratio = trial.samples_per_s / peak_samples_per_s
         if ratio >= 1.0 - 1e-9:
@@ -109,6 +120,24 @@ def trial_reason(
         else:
             phrase += f", {pct(ratio)} of best"
     return phrase
+
+
+def ceiling_share(trial: TrialResult, ceiling: float | None, band: float) -> float | None:
+    """The trial's samples/s over the consumer's ceiling; None without either, or when the trial beat the consumer
+    alone beyond the noise `band` (the ceiling was measured while the machine did other work: it read low, and no
+    share of it means anything)."""
+    if not ceiling or trial.samples_per_s is None:
+        return None
+    share = trial.samples_per_s / ceiling
+    return share if share <= 1.0 + band else None
+
+
+def ceiling_share_phrase(trial: TrialResult, ceiling: float, band: float) -> str:
+    """', 81% of ceiling'; or that the ceiling read low (ceiling_share)."""
+    share = ceiling_share(trial, ceiling, band)
+    if share is not None:
+        return f", {pct(share)} of ceiling"
+    return f", faster than the consumer alone measured ({ceiling:.0f} samples/s: that ceiling read low)"
 
 
 def epoch_bound(trial: TrialResult) -> str | None:

@@ -1,8 +1,8 @@
 """The transport ceiling in the engine: which ceiling is which, when a trial is transport-bound, how to say it.
 
-A trial is transport-bound when its batches/s reach TRANSPORT_BOUND of the transport ceiling at its worker count
-(or are within the noise band of it): the workers hand over about as many batches as this machine's DataLoader can
-hand over for this batch structure even when making them costs nothing, so more workers cannot help. The fixes named
+A trial is transport-bound when its batches/s reach TRANSPORT_BOUND of the transport ceiling at its worker count,
+read steadily: the workers hand over about as many batches as this machine's DataLoader can hand over for this batch
+structure even when making them costs nothing, so more workers cannot help. The fixes named
 are those the measured structure points at (trial/transport.py measures; engine/drive/ceiling_requests.py collects)."""
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from loadertop.core.model.figures import at_least_within
 from loadertop.core.model.results import Ceiling, TrialResult
 
 TRANSPORT_BOUND = 0.9  # share of the transport ceiling from which a trial counts as transport-bound
+# A ceiling whose blocks spread wider than this (IQR over median; a machine busy with other work) cannot place a
+# trial near it: nothing is claimed from it.
+STEADY_SPREAD = 0.2
 MANY_TENSORS = 8  # tensors per batch from which packing them into fewer is worth naming
 
 
@@ -34,7 +37,7 @@ def transport_at(ceilings: Sequence[Ceiling], config: TrialConfig, num_workers: 
     return None
 
 
-def transport_share(trial: TrialResult, ceilings: Sequence[Ceiling], tolerance: float) -> tuple[Ceiling, float] | None:
+def transport_share(trial: TrialResult, ceilings: Sequence[Ceiling]) -> tuple[Ceiling, float] | None:
     """(the ceiling, the trial's share of it) when the trial, with workers, is transport-bound; else None. Thread
     workers hand batches over in memory, not through the workers' queues the ceiling measures: never bound by it."""
     c = transport_at(ceilings, trial.config)
@@ -42,17 +45,20 @@ def transport_share(trial: TrialResult, ceilings: Sequence[Ceiling], tolerance: 
         return None
     if c is None or not c.samples_per_s or trial.samples_per_s is None:
         return None
+    spread = c.spread or 0.0
+    if spread > STEADY_SPREAD:
+        return None
     share = trial.samples_per_s / c.samples_per_s
     # The ceiling is a measurement too (short blocks, its own spread): one read high by its spread must not flip a
-    # trial at 89% of it out of transport-bound and one at 91% in.
-    at = min(TRANSPORT_BOUND, 1.0 - noise_band(tolerance, trial)) - (c.spread or 0.0)
-    return (c, share) if share >= at else None
+    # trial at 89% of it out of transport-bound and one at 91% in. The trial's own noise band is no such evidence:
+    # a trial at 50% of the ceiling is not transport-bound because its runs disagree by ±50%.
+    return (c, share) if share >= TRANSPORT_BOUND / (1.0 + spread) else None
 
 
-def transport_phrase(trial: TrialResult, ceilings: Sequence[Ceiling], ok: Sequence[TrialResult], tol: float) -> str:
+def transport_phrase(trial: TrialResult, ceilings: Sequence[Ceiling], ok: Sequence[TrialResult]) -> str:
     """'transport-bound: 93% of the 1.4 GiB/s this machine hands over from workers[; the main process alone makes
     these batches faster: 0 workers]', or '' when the trial is not transport-bound."""
-    found = transport_share(trial, ceilings, tol)
+    found = transport_share(trial, ceilings)
     if found is None:
         return ""
     c, share = found
@@ -67,12 +73,12 @@ def transport_reason(rec: TrialResult, ok: Sequence[TrialResult], ceilings: Sequ
     """The recommendation's reason when transport is what bounds it (or what keeps workers from beating 0 workers);
     '' otherwise. Names the fixes that apply."""
     if rec.config.num_workers > 0:
-        found = transport_share(rec, ceilings, tol)
+        found = transport_share(rec, ceilings)
         who = workers(rec.config.num_workers)
     else:
         rivals = [t for t in ok if t.config.num_workers > 0 and _family(t.config) == _family(rec.config)]
         top = max(rivals, key=sps, default=None)
-        found = transport_share(top, ceilings, tol) if top is not None and sps(top) <= sps(rec) else None
+        found = transport_share(top, ceilings) if top is not None and sps(top) <= sps(rec) else None
         who = workers(top.config.num_workers) if top is not None else ""
     if found is None:
         return ""
