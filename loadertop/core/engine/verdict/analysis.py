@@ -304,7 +304,7 @@ def _zero_workers_reason(
     with_workers = [t for t in ok if t.config.num_workers > 0]
     if not with_workers:
         share = rec.fraction_of_ceiling
-        if share is not None and 1.0 - band <= share <= 1.0 + band:  # beyond it the ceiling read low
+        if share is not None and share >= 1.0 - band:  # None when the ceiling read low (reasons.ceiling_share)
             return (
                 f"consumer-bound: 0 workers already deliver {pct(share)} of the {sps(rec) / share:.0f} "
                 "samples/s the training step can take (its ceiling): workers cannot make it faster"
