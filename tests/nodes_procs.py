@@ -19,7 +19,10 @@ import psutil
 
 from loadertop.core.engine.nodes.launch import SLURM_PORT_BASE, SLURM_PORT_SPAN
 
-ARGS = ["--headless", "--workers", "0,1", "--trial-seconds", "1", "--no-transport"]
+# Samples that mostly wait (4 ms, 0.2 ms of it CPU): several nodes' real trials at once, on 2 cores, without their
+# workers spinning the CPUs the rest of the suite runs on
+DATASET = "synthetic:cpu_ms=0.2,io_ms=4"
+ARGS = ["--headless", "--workers", "0,1", "--trial-seconds", "1", "--no-transport", "--dataset", DATASET]
 LAUNCH_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT")
 
 

@@ -29,7 +29,7 @@ def make_squares() -> Squares:
 
 
 def test_sweep_with_a_spec_returns_the_json_result(runs: Path) -> None:
-    result = loadertop.sweep("synthetic:cpu_ms=1,io_ms=1,kb=8", workers=[0, 1], out_dir=runs, **FAST)
+    result = loadertop.sweep("synthetic:cpu_ms=0.2,io_ms=2,kb=8", workers=[0, 1], out_dir=runs, **FAST)
     assert isinstance(result, SweepResult)
     data = result.to_dict()
     assert [t["config"]["num_workers"] for t in data["trials"]] == [0, 1]

@@ -159,7 +159,7 @@ def test_grid_over_batch_prefetch_persistent_through_the_cli(tmp_path: Path) -> 
     json_path, csv_path = tmp_path / "out.json", tmp_path / "out.csv"
     cmd = [
         sys.executable, "-m", "loadertop", "--headless", "--search", "grid", "--out", str(tmp_path / "runs"),
-        "--dataset", "synthetic:cpu_ms=0.5,io_ms=0,kb=8", "--workers", "0,1", "--start-method", "fork",
+        "--dataset", "synthetic:cpu_ms=0.1,io_ms=0.5,kb=8", "--workers", "0,1", "--start-method", "fork",
         "--batch-size", "16,32", "--prefetch-factor", "2,4", "--persistent-workers", "on,off",
         "--trial-seconds", "0.8", "--json", str(json_path), "--csv", str(csv_path),
     ]  # fmt: skip

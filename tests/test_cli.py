@@ -86,7 +86,7 @@ def test_headless_sweep_writes_table_json_and_csv(tmp_path: Path) -> None:
     json_path, csv_path = tmp_path / "out.json", tmp_path / "out.csv"
     # No --headless: stdout is a pipe here, so loadertop must choose the headless face by itself.
     out = loadertop(
-        "--workers", "0,1", "--trial-seconds", "1.5", "--dataset", "synthetic:cpu_ms=1,io_ms=1,kb=16",
+        "--workers", "0,1", "--trial-seconds", "1.5", "--dataset", "synthetic:cpu_ms=0.2,io_ms=2,kb=16",
         "--out", str(tmp_path / "runs"), "--json", str(json_path), "--csv", str(csv_path),
     )  # fmt: skip
     assert out.returncode == 0, out.stderr

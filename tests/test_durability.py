@@ -22,7 +22,7 @@ from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.events import TrialStarted
 from loadertop.core.model.results import TrialResult
 
-DATASET = "synthetic:cpu_ms=1,io_ms=1,kb=16"
+DATASET = "synthetic:cpu_ms=0.2,io_ms=2,kb=16"
 ARGS = ["--workers", "0,1,2", "--trial-seconds", "2", "--dataset", DATASET, "--start-method", "fork"]
 
 

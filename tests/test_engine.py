@@ -25,7 +25,7 @@ from loadertop.core.model.events import (
 )
 from loadertop.core.model.results import TrialResult
 
-FAST = dict(dataset="synthetic:cpu_ms=1,io_ms=1,kb=16", trial_seconds=1.5, block_seconds=0.15, interval=0.2)
+FAST = dict(dataset="synthetic:cpu_ms=0.2,io_ms=2,kb=16", trial_seconds=1.5, block_seconds=0.15, interval=0.2)
 DESIGN_TRIAL_KEYS = {
     "config", "status", "error", "samples_per_s", "batches_per_s", "spread", "first_batch_s", "stall_fraction",
     "worker_uss_mb", "total_pss_mb", "rss_mb", "cpu_percent", "gpu_util", "reason",

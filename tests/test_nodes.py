@@ -1,7 +1,8 @@
 """Many nodes on localhost: separate agents joined over torch.distributed's store, as torchrun or srun start them.
 
 Every process an agent starts (the agent, its runner, trials, workers) inherits a marker in its environment; the
-check that none survives reads it with psutil. The sweeps are the cheapest real ones: synthetic data, 1 s trials.
+check that none survives reads it with psutil. The sweeps are the cheapest real ones: synthetic samples that mostly
+wait, 1 s trials.
 """
 
 from __future__ import annotations

@@ -248,7 +248,7 @@ def test_the_result_keeps_the_preflight_checks(tmp_path: Path) -> None:
     import loadertop as api
 
     result = api.sweep(  # epochs long enough that their boundary is not worth measuring: no spawn restarts
-        "synthetic:cpu_ms=0.5,kb=64,length=2000000", out_dir=tmp_path, workers=[0, 1, 2], search="grid",
+        "synthetic:cpu_ms=0.1,kb=64,length=2000000", out_dir=tmp_path, workers=[0, 1, 2], search="grid",
         trial_seconds=0.5, start_method="fork,spawn", batch_size=16,
     )  # fmt: skip
     kinds = [p.check for p in result.preflight]

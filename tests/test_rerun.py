@@ -17,7 +17,7 @@ from loadertop.core.model.config import Settings, TrialConfig
 from loadertop.core.model.results import Ceiling, MachineInfo, SearchStep, SweepResult, TrialResult
 
 SETTINGS = Settings(
-    dataset="synthetic:cpu_ms=1,io_ms=1,kb=16",
+    dataset="synthetic:cpu_ms=0.2,io_ms=2,kb=16",
     workers=(0, 1, 2, 4),
     ranks=2,
     trial_seconds=1.0,

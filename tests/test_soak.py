@@ -54,7 +54,7 @@ def soak(runs: Path) -> dict[str, Any]:
     threads_before = threading.active_count()
     configs = [TrialConfig(n, 32, 2, start_method="fork") if n else TrialConfig(0, 32) for n in (0, 1, 2, 3)]
     only = [configs[i % 4] for i in range(TRIALS)]
-    settings = Settings(dataset="synthetic:cpu_ms=0.5,io_ms=0.5,kb=16", trial_seconds=0.2, block_seconds=0.1,
+    settings = Settings(dataset="synthetic:cpu_ms=0.1,io_ms=1,kb=16", trial_seconds=0.2, block_seconds=0.1,
                         min_blocks=3, interval=0.2)  # fmt: skip
     sweep = Sweep(settings, out_dir=runs, only=only)
     family = Family().watch()

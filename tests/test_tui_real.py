@@ -15,7 +15,7 @@ from loadertop.faces.tui.app import make_app
 from loadertop.faces.tui.widgets.header import HeaderPane
 from loadertop.faces.tui.widgets.results import ResultsTable
 
-TINY = Settings(workers=(0, 1), trial_seconds=3.0)
+TINY = Settings(dataset="synthetic:cpu_ms=0.2,io_ms=4", workers=(0, 1), trial_seconds=3.0)
 
 
 @sync
