@@ -103,17 +103,21 @@ def _run_parked(request: TrialRequest) -> None:
         runner = os.getpid()
         go_r, go_w = os.pipe()
         ready_r, ready_w = os.pipe()
+        gate_r, gate_w = os.pipe()
         child = os.fork()
         if child == 0:
             os.close(go_w)
             os.close(ready_r)
-            _be_trial(runner, functools.partial(_trial_main, request, (go_r, ready_w)))
+            os.close(gate_w)
+            _be_trial(runner, functools.partial(_trial_main, request, (go_r, ready_w)), gate_r)
         os.close(go_r)
         os.close(ready_w)
+        os.close(gate_r)
         with contextlib.suppress(OSError):
             os.setpgid(child, child)
         parked = Parked(child, go_w, ready_r)
         emit(Forked(request.index, parked.pid))
+        os.close(gate_w)
     status = _wait_child(parked.pid, parked.ready)
     if status is None:  # it measured and waits for the next run
         _PARKING.keep(request.config, parked)
@@ -126,26 +130,35 @@ def _run_parked(request: TrialRequest) -> None:
 def _run_forked(request: TrialRequest | CeilingRequest) -> None:
     """A trial (or the ceiling) in a forked process that leads its own process group; returns once it exited."""
     runner = os.getpid()
+    gate_r, gate_w = os.pipe()
     child = os.fork()
     if child == 0:
+        os.close(gate_w)
         if isinstance(request, CeilingRequest):
-            _be_trial(runner, functools.partial(_ceiling_main, request))
-        _be_trial(runner, functools.partial(_trial_main, request))
+            _be_trial(runner, functools.partial(_ceiling_main, request), gate_r)
+        _be_trial(runner, functools.partial(_trial_main, request), gate_r)
+    os.close(gate_r)
     with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
         os.setpgid(child, child)
     emit(Forked(request.index, child))
+    os.close(gate_w)
     status = _wait_child(child)
     assert status is not None
     emit(Exited(request.index, *status))
 
 
-def _be_trial(runner: int, trial: Callable[[], int]) -> NoReturn:
+def _be_trial(runner: int, trial: Callable[[], int], gate: int) -> NoReturn:
     """In the forked child: lead its own process group, run `trial`, and exit with its code whatever it raises (an
-    exception escaping here would otherwise run the runner's own loop and teardown in the trial's process)."""
+    exception escaping here would otherwise run the runner's own loop and teardown in the trial's process).
+    `trial` starts once the runner closes `gate`, after it sent Forked: the driver learns whose messages they are
+    before the trial's first (a runner descheduled right after fork, on a busy machine, would otherwise lose that
+    race and the driver receive Started for a trial it has no pid for)."""
     code = 1
     try:
         die_with_parent(runner)  # the runner died: so does the trial (armed before anything else can run)
         os.setpgid(0, 0)
+        os.read(gate, 1)  # end of file: Forked is out (or the runner died, and die_with_parent ends this process)
+        os.close(gate)
         code = trial()
     finally:
         with contextlib.suppress(BaseException):
