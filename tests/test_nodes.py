@@ -59,8 +59,10 @@ def test_a_node_killed_mid_trial_stops_every_node(nodes: Nodes) -> None:
     time.sleep(0.5)  # into the second trial
     agent = nodes.agent_pid(1)
     killed = time.monotonic()
-    os.killpg(nodes.procs[1].pid, signal.SIGKILL)  # the whole node: torchrun and its agent (the runner follows)
+    # The whole node, the agent first: killed after torchrun, it had the moment between to hear of torchrun's end
+    # and say bye (node 0 then, truly, says it left rather than that it was lost)
     os.kill(agent, signal.SIGKILL)
+    os.killpg(nodes.procs[1].pid, signal.SIGKILL)  # torchrun (the runner follows the agent)
     code = nodes.wait(0, 20)
     stopped = time.monotonic() - killed
     assert code != 0
