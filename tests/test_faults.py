@@ -17,7 +17,7 @@ from procs import FAULTS, Family, start_loadertop
 
 from loadertop.core.engine.drive.driver import Sweep
 from loadertop.core.model.config import DataError, Settings, TrialConfig
-from loadertop.core.model.events import Notice, TrialFinished, TrialLaunched
+from loadertop.core.model.events import Notice, TrialFinished, TrialStarted
 from loadertop.core.model.results import SweepResult, TrialResult
 
 FAST = dict(trial_seconds=1.5, block_seconds=0.15, interval=0.2, start_methods=("fork",))
@@ -186,7 +186,8 @@ def test_a_headless_sweep_where_a_hang_leaves_nothing_finished_exits_2_and_keeps
 def test_a_runner_that_stops_answering_is_replaced_and_the_sweep_goes_on(
     runs: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The trial hangs; the runner is frozen as soon as the trial is forked, so the trial's kill is never reported.
+    # The trial hangs; the runner is frozen once the trial started (the trial waits for the runner to send Forked
+    # and open its gate: frozen before that, the trial would never start), so the trial's kill is never reported.
     from loadertop.core.engine.drive import trial_watch
 
     monkeypatch.setattr(trial_watch, "EXIT_GRACE_S", 2.0)
@@ -199,7 +200,7 @@ def test_a_runner_that_stops_answering_is_replaced_and_the_sweep_goes_on(
     notices = []
     for event in sweep.events():
         family.see(event)
-        if isinstance(event, TrialLaunched) and event.index == 0:
+        if isinstance(event, TrialStarted) and event.index == 0:
             os.kill(psutil.Process(event.pid).ppid(), signal.SIGSTOP)  # the runner: it will never say Exited
         if isinstance(event, Notice):
             notices.append(event.message)
