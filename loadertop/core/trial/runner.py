@@ -100,24 +100,17 @@ def _run_parked(request: TrialRequest) -> None:
         with contextlib.suppress(OSError):  # dying just now: _wait_child reports its exit
             os.write(parked.go, b"again\n")
     else:
-        runner = os.getpid()
         go_r, go_w = os.pipe()
         ready_r, ready_w = os.pipe()
-        gate_r, gate_w = os.pipe()
-        child = os.fork()
-        if child == 0:
-            os.close(go_w)
-            os.close(ready_r)
-            os.close(gate_w)
-            _be_trial(runner, functools.partial(_trial_main, request, (go_r, ready_w)), gate_r)
+        trial = functools.partial(_trial_main, request, (go_r, ready_w))
+        child, gate = _fork_behind_gate(trial, child_closes=(go_w, ready_r))
         os.close(go_r)
         os.close(ready_w)
-        os.close(gate_r)
         with contextlib.suppress(OSError):
             os.setpgid(child, child)
         parked = Parked(child, go_w, ready_r)
         emit(Forked(request.index, parked.pid))
-        os.close(gate_w)
+        os.close(gate)
     status = _wait_child(parked.pid, parked.ready)
     if status is None:  # it measured and waits for the next run
         _PARKING.keep(request.config, parked)
@@ -129,22 +122,31 @@ def _run_parked(request: TrialRequest) -> None:
 
 def _run_forked(request: TrialRequest | CeilingRequest) -> None:
     """A trial (or the ceiling) in a forked process that leads its own process group; returns once it exited."""
+    if isinstance(request, CeilingRequest):
+        child, gate = _fork_behind_gate(functools.partial(_ceiling_main, request))
+    else:
+        child, gate = _fork_behind_gate(functools.partial(_trial_main, request))
+    with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
+        os.setpgid(child, child)
+    emit(Forked(request.index, child))
+    os.close(gate)
+    status = _wait_child(child)
+    assert status is not None
+    emit(Exited(request.index, *status))
+
+
+def _fork_behind_gate(trial: Callable[[], int], child_closes: tuple[int, ...] = ()) -> tuple[int, int]:
+    """Fork `trial` (the child first closes `child_closes`, the runner's ends of its pipes); returns its pid and the
+    gate to close once Forked is sent, which the trial waits for (_be_trial)."""
     runner = os.getpid()
     gate_r, gate_w = os.pipe()
     child = os.fork()
     if child == 0:
-        os.close(gate_w)
-        if isinstance(request, CeilingRequest):
-            _be_trial(runner, functools.partial(_ceiling_main, request), gate_r)
-        _be_trial(runner, functools.partial(_trial_main, request), gate_r)
+        for fd in (gate_w, *child_closes):
+            os.close(fd)
+        _be_trial(runner, trial, gate_r)
     os.close(gate_r)
-    with contextlib.suppress(OSError):  # also here, so the group exists before the driver may signal it
-        os.setpgid(child, child)
-    emit(Forked(request.index, child))
-    os.close(gate_w)
-    status = _wait_child(child)
-    assert status is not None
-    emit(Exited(request.index, *status))
+    return child, gate_w
 
 
 def _be_trial(runner: int, trial: Callable[[], int], gate: int) -> NoReturn:
