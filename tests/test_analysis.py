@@ -439,6 +439,16 @@ def test_analysis_imports_no_ui_or_torch():
     assert out.stdout.strip() == ""
 
 
+
+def test_the_knee_is_found_without_importing_pyplot():
+    # kneed imports matplotlib.pyplot for its plot helpers; a fresh machine then runs fc-list to build a font cache.
+    code = (
+        "import sys; from loadertop.core.engine.verdict.knee import _kneedle; "
+        "print(_kneedle([1, 2, 4, 8, 16], [100.0, 190.0, 330.0, 390.0, 400.0]), 'matplotlib.pyplot' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["4", "False"]
+
 @pytest.mark.unit
 def test_consumer_bound_reason():
     trials = curve([(0, 100.0, 50.0, 0.5, 400.0), (1, 110.0, 60.0, 0.3, 500.0), (2, 200.0, 90.0, 0.01, 600.0)])

@@ -5,8 +5,10 @@ Two rules are always computed. Kneedle (diminishing returns) names the knee when
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Sequence
+from typing import Any
 
 from loadertop.core.engine.verdict.band import Noise, choose_merged, finished, merge_repeats, noise_band, within_band
 from loadertop.core.engine.wording import pct, sps, workers
@@ -108,8 +110,7 @@ def knee(curve: list[TrialResult], tol: float, noise: Noise | None = None) -> Kn
 def _kneedle(xs: list[int], ys: list[float]) -> int | None:
     if len(xs) < 3:
         return None
-    from kneed import KneeLocator
-
+    KneeLocator = _knee_locator()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # kneed warns when it finds no knee; that is an answer, not a problem
         try:
@@ -120,6 +121,22 @@ def _kneedle(xs: list[int], ys: list[float]) -> int | None:
         return None
     knee_i = round(float(found))
     return knee_i if knee_i in xs else None
+
+
+def _knee_locator() -> Any:
+    """kneed's KneeLocator, imported without matplotlib.pyplot: kneed imports it for plot helpers loadertop never
+    calls, which costs a quarter second of CPU in every process and, on a machine without matplotlib's font cache,
+    runs `fc-list` to build one."""
+    if "kneed" in sys.modules or "matplotlib.pyplot" in sys.modules:
+        from kneed import KneeLocator
+
+        return KneeLocator
+    sys.modules["matplotlib.pyplot"] = None  # type: ignore[assignment]  # the import raises ImportError: kneed's "no plots"
+    try:
+        from kneed import KneeLocator
+    finally:
+        del sys.modules["matplotlib.pyplot"]
+    return KneeLocator
 
 
 def drop_after_peak(
