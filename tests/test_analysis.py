@@ -439,7 +439,6 @@ def test_analysis_imports_no_ui_or_torch():
     assert out.stdout.strip() == ""
 
 
-
 def test_the_knee_is_found_without_importing_pyplot():
     # kneed imports matplotlib.pyplot for its plot helpers; a fresh machine then runs fc-list to build a font cache.
     code = (
@@ -448,6 +447,7 @@ def test_the_knee_is_found_without_importing_pyplot():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["4", "False"]
+
 
 @pytest.mark.unit
 def test_consumer_bound_reason():
